@@ -1,0 +1,83 @@
+/*
+** mg.h — the runtime's internal C interface.
+**
+** Every C file of the runtime includes this. It declares the scheduler's
+** contract with I/O primitives (the waiter), the loop accessor and the
+** entry points of each sub-module that moongraph.core exposes.
+**
+** How a primitive works (see loop.c for the scheduler side):
+**
+**   static int op_done(lua_State *L, int status, lua_KContext ctx) {
+**     my_op *op = (my_op *)ctx;       -- runs inside the task, may push values
+**     ...push results...; free(op); return n;
+**   }
+**   static void op_cancel(mg_waiter *w) {  -- task cancelled while waiting
+**     my_op *op = container_of(w);          -- stop the I/O, free op later
+**   }
+**   static int l_op(lua_State *L) {
+**     mg_check_yieldable(L, "mod.op");      -- before starting any I/O
+**     my_op *op = calloc(...); start I/O;   -- callbacks call mg_wake(&op->w)
+**     return mg_await(L, &op->w, op_cancel, op_done, (lua_KContext)op);
+**   }
+**
+** Completion callbacks never touch Lua: they store their result in the
+** operation and call mg_wake(). The loop later resumes the task, and Lua
+** calls the continuation, which pushes the results.
+*/
+#ifndef MG_H
+#define MG_H
+
+#include <lua.h>
+#include <lauxlib.h>
+#include <uv.h>
+
+#define MG_VERSION "0.1.0"
+
+typedef struct mg_task mg_task;
+typedef struct mg_waiter mg_waiter;
+
+/* Called once when the task waiting on w is cancelled (task:cancel(),
+** mg.timeout, end of mg.run). It must stop the operation and arrange for its
+** memory to be freed (for libuv handles: in the uv_close callback). After it
+** returns, mg_wake(w) is a harmless no-op, but w must stay valid until the
+** operation's own callbacks stop referring to it. */
+typedef void (*mg_cancel_fn)(mg_waiter *w);
+
+struct mg_waiter {
+  mg_task *task;        /* waiting task; NULL when idle, woken or cancelled */
+  mg_cancel_fn cancel;
+};
+
+/* The process-wide libuv loop. */
+uv_loop_t *mg_loop(void);
+
+/* Raise a clear Lua error unless the caller runs in a moongraph task at a
+** point where it can yield. `what` names the primitive in the message. */
+void mg_check_yieldable(lua_State *L, const char *what);
+
+/* Suspend the running task until mg_wake(w). Use as `return mg_await(...)`
+** from a lua_CFunction. On wake, k(L, LUA_YIELD, ctx) runs in the task and
+** returns the results. If the task cannot yield here, cancel(w) is called and
+** a Lua error is raised. */
+int mg_await(lua_State *L, mg_waiter *w, mg_cancel_fn cancel,
+             lua_KFunction k, lua_KContext ctx);
+
+/* Make w's task ready to run (from any libuv/curl/hiredis callback). Never
+** runs Lua. Does nothing when w is not armed (already woken or cancelled). */
+void mg_wake(mg_waiter *w);
+
+/* The running task's state, or NULL when L is not a moongraph task. */
+mg_task *mg_current(lua_State *L);
+
+/* Sub-modules of moongraph.core: each pushes one table. */
+int mg_open_loop(lua_State *L);
+int mg_open_sse(lua_State *L);
+int mg_open_http(lua_State *L);
+int mg_open_redis(lua_State *L);
+int mg_open_pg(lua_State *L);
+int mg_open_store(lua_State *L);
+
+/* SIGINT while Lua runs: the REPL and CLI install this (see loop.c). */
+void mg_install_interrupt(lua_State *L);
+
+#endif
