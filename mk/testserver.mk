@@ -7,3 +7,5 @@ TESTSERVER_LIBS = $(shell pkg-config --libs libuv openssl)
 build/testserver: spec/support/testserver.c
 	@mkdir -p $(@D)
 	$(CC) $(TESTSERVER_CFLAGS) $< -o $@ $(TESTSERVER_LIBS)
+
+TEST_DEPS += build/testserver

@@ -114,7 +114,9 @@ static void on_sock_closed(uv_handle_t *h) {
 static void on_poll(uv_poll_t *p, int status, int events) {
   sock_ctx *sc = (sock_ctx *)p->data;
   int flags = 0;
-  if (status < 0) flags = CURL_CSELECT_ERR;
+  /* On a socket error let curl read: it then reports the real cause
+  ** (e.g. connection reset) instead of a generic poll failure. */
+  if (status < 0) flags = CURL_CSELECT_IN;
   if (events & UV_READABLE) flags |= CURL_CSELECT_IN;
   if (events & UV_WRITABLE) flags |= CURL_CSELECT_OUT;
   int running;
