@@ -95,14 +95,17 @@ int main(int argc, char **argv) {
     int k = ks[i];
     double *t = calloc((size_t)rounds, sizeof *t);
     int failed = fanout(multi, url, k);   /* warm-up: opens the connections */
+    double c0 = cpu_us();
     for (int r = 0; r < rounds; r++) {
       double t0 = now_ms();
       failed += fanout(multi, url, k);
       t[r] = now_ms() - t0;
     }
+    double cpu = (cpu_us() - c0) / ((double)rounds * k);
     qsort(t, (size_t)rounds, sizeof *t, cmp_double);
-    printf("curl_multi  K=%-5d median %7.1f ms  best %7.1f ms  (limit 50 ms)%s\n",
-           k, t[rounds / 2], t[0], failed ? "  FAILURES" : "");
+    printf("curl_multi  K=%-5d median %7.1f ms  best %7.1f ms  (limit 50 ms)  "
+           "%6.1f us CPU/request%s\n", k, t[rounds / 2], t[0], cpu,
+           failed ? "  FAILURES" : "");
     fflush(stdout);
     free(t);
   }

@@ -107,10 +107,6 @@ static void check_done(void);
 
 /* ---- curl <-> libuv glue ---- */
 
-static void on_sock_closed(uv_handle_t *h) {
-  free(h->data);
-}
-
 static void on_poll(uv_poll_t *p, int status, int events) {
   sock_ctx *sc = (sock_ctx *)p->data;
   int flags = 0;
@@ -124,6 +120,38 @@ static void on_poll(uv_poll_t *p, int status, int events) {
   check_done();
 }
 
+/* Poll handles are kept per file descriptor and reused when curl opens a new
+** socket with the same number: a connection going idle in curl's cache (or
+** closing) only stops its handle. This saves a handle setup and teardown per
+** request on keep-alive connections. */
+static sock_ctx **socks;
+static size_t nsocks;
+
+static sock_ctx *sock_for(curl_socket_t s) {
+  size_t fd = (size_t)s;
+  if (fd >= nsocks) {
+    size_t n = nsocks ? nsocks : 64;
+    while (n <= fd) n *= 2;
+    sock_ctx **t = realloc(socks, n * sizeof *t);
+    if (!t) return NULL;
+    memset(t + nsocks, 0, (n - nsocks) * sizeof *t);
+    socks = t;
+    nsocks = n;
+  }
+  if (!socks[fd]) {
+    sock_ctx *sc = calloc(1, sizeof *sc);
+    if (!sc) return NULL;
+    if (uv_poll_init_socket(mg_loop(), &sc->poll, s) != 0) {
+      free(sc);
+      return NULL;
+    }
+    sc->fd = s;
+    sc->poll.data = sc;
+    socks[fd] = sc;
+  }
+  return socks[fd];
+}
+
 static int on_socket(CURL *easy, curl_socket_t s, int what, void *userp,
                      void *socketp) {
   (void)easy;
@@ -132,21 +160,14 @@ static int on_socket(CURL *easy, curl_socket_t s, int what, void *userp,
   if (what == CURL_POLL_REMOVE) {
     if (sc) {
       uv_poll_stop(&sc->poll);
-      uv_close((uv_handle_t *)&sc->poll, on_sock_closed);
       curl_multi_assign(multi, s, NULL);
       watched_sockets--;
     }
     return 0;
   }
   if (!sc) {
-    sc = calloc(1, sizeof *sc);
+    sc = sock_for(s);
     if (!sc) return -1;
-    sc->fd = s;
-    if (uv_poll_init_socket(mg_loop(), &sc->poll, s) != 0) {
-      free(sc);
-      return -1;
-    }
-    sc->poll.data = sc;
     curl_multi_assign(multi, s, sc);
     watched_sockets++;
   }
@@ -186,7 +207,27 @@ static int ensure_multi(lua_State *L) {
   return 1;
 }
 
-/* Take the transfer out of the multi handle and free the easy handle. Only
+/* Finished easy handles are reset and kept for the next requests (up to
+** EASY_POOL_MAX), which spares their setup on busy keep-alive traffic. */
+#define EASY_POOL_MAX 256
+static CURL *easy_pool[EASY_POOL_MAX];
+static int easy_pooled;
+
+static CURL *easy_get(void) {
+  if (easy_pooled > 0) return easy_pool[--easy_pooled];
+  return curl_easy_init();
+}
+
+static void easy_put(CURL *e) {
+  if (easy_pooled < EASY_POOL_MAX) {
+    curl_easy_reset(e);
+    easy_pool[easy_pooled++] = e;
+  } else {
+    curl_easy_cleanup(e);
+  }
+}
+
+/* Take the transfer out of the multi handle and release its easy handle. Only
 ** called outside curl callbacks. */
 static void xfer_detach(xfer *x) {
   if (x->easy) {
@@ -194,7 +235,7 @@ static void xfer_detach(xfer *x) {
       curl_multi_remove_handle(multi, x->easy);
       active_transfers--;
     }
-    curl_easy_cleanup(x->easy);
+    easy_put(x->easy);
     x->easy = NULL;
   }
   x->in_multi = 0;
@@ -310,11 +351,16 @@ static void add_headers(lua_State *L, xfer *x, int t, int *have_expect, int *hav
   }
 }
 
-static void copy_host(xfer *x, const char *url) {
+/* "host:port" of the transfer's (last) URL for messages, computed only when
+** needed: never the whole URL, whose query may hold keys. */
+static const char *xfer_host(xfer *x) {
+  if (x->host[0]) return x->host;
+  char *url = NULL;
   CURLU *u = curl_url();
   char *host = NULL, *port = NULL;
   snprintf(x->host, sizeof x->host, "%s", "?");
-  if (u && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+  if (x->easy) curl_easy_getinfo(x->easy, CURLINFO_EFFECTIVE_URL, &url);
+  if (u && url && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
       curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK) {
     if (curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK)
       snprintf(x->host, sizeof x->host, "%s:%s", host, port);
@@ -324,6 +370,7 @@ static void copy_host(xfer *x, const char *url) {
   curl_free(host);
   curl_free(port);
   curl_url_cleanup(u);
+  return x->host;
 }
 
 /* Build and start a transfer from the options table at index 1; pushes the
@@ -347,10 +394,9 @@ static xfer *xfer_start(lua_State *L, int streaming) {
   luaL_setmetatable(L, XFER_MT);
   int xi = lua_gettop(L);
 
-  x->easy = curl_easy_init();
+  x->easy = easy_get();
   if (!x->easy) luaL_error(L, "http: curl_easy_init failed");
   CURL *e = x->easy;
-  copy_host(x, url);
   curl_easy_setopt(e, CURLOPT_URL, url);
   curl_easy_setopt(e, CURLOPT_PRIVATE, (char *)x);
   curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
@@ -404,9 +450,10 @@ static xfer *xfer_start(lua_State *L, int streaming) {
   if (ht == LUA_TTABLE) add_headers(L, x, lua_gettop(L), &have_expect, &have_ua);
   else if (ht != LUA_TNIL)
     luaL_error(L, "bad argument #1 to 'http.request' (headers must be a table)");
-  if (!have_expect) x->req_headers = curl_slist_append(x->req_headers, "Expect:");
-  if (!have_ua) x->req_headers = curl_slist_append(x->req_headers, "User-Agent: moongraph/" MG_VERSION);
-  curl_easy_setopt(e, CURLOPT_HTTPHEADER, x->req_headers);
+  /* no "Expect: 100-continue" round trip before sending a body */
+  if (body && !have_expect) x->req_headers = curl_slist_append(x->req_headers, "Expect:");
+  if (!have_ua) curl_easy_setopt(e, CURLOPT_USERAGENT, "moongraph/" MG_VERSION);
+  if (x->req_headers) curl_easy_setopt(e, CURLOPT_HTTPHEADER, x->req_headers);
 
   curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, opt_ms(L, 1, "timeout", DEFAULT_TIMEOUT_MS));
   curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
@@ -459,31 +506,31 @@ static void push_error(lua_State *L, xfer *x) {
   if (x->cancelled) { lua_pushliteral(L, "cancelled"); return; }
   if (x->too_big || rc == CURLE_FILESIZE_EXCEEDED) {
     lua_pushfstring(L, "body exceeds max_body (%I bytes) from %s",
-                    (lua_Integer)x->max_body, x->host);
+                    (lua_Integer)x->max_body, xfer_host(x));
     return;
   }
   if (x->oom) { lua_pushliteral(L, "out of memory reading the response"); return; }
   switch (rc) {
     case CURLE_OPERATION_TIMEDOUT:
       if (strstr(eb, "onnection timed out") || strstr(eb, "Connection time-out"))
-        lua_pushfstring(L, "timeout connecting to %s", x->host);
+        lua_pushfstring(L, "timeout connecting to %s", xfer_host(x));
       else
-        lua_pushfstring(L, "timeout (%s)", x->host);
+        lua_pushfstring(L, "timeout (%s)", xfer_host(x));
       return;
     case CURLE_COULDNT_CONNECT: {
       long oserr = 0;
       if (x->easy) curl_easy_getinfo(x->easy, CURLINFO_OS_ERRNO, &oserr);
       if (oserr == ECONNREFUSED || strstr(eb, "refused"))
-        lua_pushfstring(L, "connection refused to %s", x->host);
+        lua_pushfstring(L, "connection refused to %s", xfer_host(x));
       else
-        lua_pushfstring(L, "could not connect to %s: %s", x->host, eb);
+        lua_pushfstring(L, "could not connect to %s: %s", xfer_host(x), eb);
       return;
     }
     case CURLE_COULDNT_RESOLVE_HOST:
-      lua_pushfstring(L, "could not resolve host %s", x->host);
+      lua_pushfstring(L, "could not resolve host %s", xfer_host(x));
       return;
     case CURLE_PEER_FAILED_VERIFICATION:
-      lua_pushfstring(L, "TLS certificate verification failed for %s: %s", x->host, eb);
+      lua_pushfstring(L, "TLS certificate verification failed for %s: %s", xfer_host(x), eb);
       return;
     case CURLE_SSL_CACERT_BADFILE:
       lua_pushfstring(L, "TLS: cannot use ca_file: %s", eb);
@@ -495,26 +542,26 @@ static void push_error(lua_State *L, xfer *x) {
     case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
     case CURLE_SSL_INVALIDCERTSTATUS:
     case CURLE_USE_SSL_FAILED:
-      lua_pushfstring(L, "TLS error with %s: %s", x->host, eb);
+      lua_pushfstring(L, "TLS error with %s: %s", xfer_host(x), eb);
       return;
     case CURLE_TOO_MANY_REDIRECTS:
-      lua_pushfstring(L, "too many redirects from %s", x->host);
+      lua_pushfstring(L, "too many redirects from %s", xfer_host(x));
       return;
     case CURLE_GOT_NOTHING:
-      lua_pushfstring(L, "empty reply from %s", x->host);
+      lua_pushfstring(L, "empty reply from %s", xfer_host(x));
       return;
     case CURLE_PARTIAL_FILE:
-      lua_pushfstring(L, "truncated response from %s: %s", x->host, eb);
+      lua_pushfstring(L, "truncated response from %s: %s", xfer_host(x), eb);
       return;
     case CURLE_RECV_ERROR:
     case CURLE_SEND_ERROR:
       if (strstr(eb, "reset by peer"))
-        lua_pushfstring(L, "connection reset by %s", x->host);
+        lua_pushfstring(L, "connection reset by %s", xfer_host(x));
       else
-        lua_pushfstring(L, "network error with %s: %s", x->host, eb);
+        lua_pushfstring(L, "network error with %s: %s", xfer_host(x), eb);
       return;
     default:
-      lua_pushfstring(L, "http error with %s: %s", x->host, eb);
+      lua_pushfstring(L, "http error with %s: %s", xfer_host(x), eb);
   }
 }
 
@@ -689,7 +736,7 @@ static int l_gc(lua_State *L) {
 
 static int l_tostring(lua_State *L) {
   xfer *x = check_xfer(L);
-  lua_pushfstring(L, "http transfer to %s (%s)", x->host,
+  lua_pushfstring(L, "http transfer to %s (%s)", xfer_host(x),
                   x->closed ? "closed" : x->state == X_RUNNING ? "running" : "done");
   return 1;
 }

@@ -16,7 +16,10 @@ local error, tostring, tonumber, ipairs, setmetatable, require =
       error, tostring, tonumber, ipairs, setmetatable, require
 
 local _M = {}
-local mt = { __index = _M }
+-- Collected or closed without stop(): stop it, so closing the pipe (which
+-- waits for the process) cannot hang.
+local mt = { __index = _M, __gc = function(self) self:stop() end,
+             __close = function(self) self:stop() end }
 
 local BINARY = os.getenv("MOONGRAPH_TESTSERVER") or "build/testserver"
 
