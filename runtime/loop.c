@@ -87,8 +87,11 @@ uv_loop_t *mg_loop(void) {
   return S.loop;
 }
 
+/* Only the task the scheduler resumed can wait; a coroutine created inside
+** it (coroutine.wrap) is not that task. */
 mg_task *mg_current(lua_State *L) {
-  return *(mg_task **)lua_getextraspace(L);
+  mg_task *t = S.current;
+  return t && t->co == L ? t : NULL;
 }
 
 /* ---------------------------------------------------------------- queue */
@@ -315,7 +318,6 @@ static void wake_joiners(mg_task *t) {
 static void recycle(lua_State *L, lua_State *co) {
   if (lua_gethook(co)) lua_sethook(co, NULL, 0, 0);
   lua_settop(co, 0);
-  *(mg_task **)lua_getextraspace(co) = NULL;
   if (S.pool_n >= POOL_MAX) return;
   if (!S.pool_ref) {
     lua_newtable(L);
@@ -457,7 +459,6 @@ static mg_task *spawn(lua_State *L, int fi, int n) {
   lua_rawgeti(L, LUA_REGISTRYINDEX, task_mt_ref);
   lua_setmetatable(L, -2);
   t->co = new_coroutine(L);
-  *(mg_task **)lua_getextraspace(t->co) = t;
   lua_setiuservalue(L, -2, UV_CO);
   lua_pushvalue(L, -1);
   t->self_ref = luaL_ref(L, LUA_REGISTRYINDEX);
