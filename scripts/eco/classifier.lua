@@ -167,7 +167,9 @@ function _M.train(examples, opts)
   local index = {}
   for j, c in ipairs(labels) do index[c] = j end
 
-  local cnt, df, total, docs = {}, {}, {}, {}
+  -- cnt[f] = { count in label 1, ..., count in label L, examples with f }
+  local cnt, total, docs = {}, {}, {}
+  local vocab, D = 0, L + 1
   for j = 1, L do total[j], docs[j] = 0, 0 end
   local feats, ys = {}, {}
   for i, e in ipairs(examples) do
@@ -184,13 +186,13 @@ function _M.train(examples, opts)
     for _, f in ipairs(fs) do
       local v = cnt[f]
       if not v then
-        v = { 0, 0, 0, 0, 0, 0, 0, 0, 0 }
-        for j = 10, L do v[j] = 0 end
+        v = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+        for j = 11, D do v[j] = 0 end
         cnt[f] = v
-        df[f] = 0
+        vocab = vocab + 1
       end
       v[y] = v[y] + 1
-      df[f] = df[f] + 1
+      v[D] = v[D] + 1
     end
     total[y] = total[y] + #fs
     docs[y] = docs[y] + 1
@@ -201,18 +203,19 @@ function _M.train(examples, opts)
     end
   end
   local alpha = o.alpha
-  local vocab = 0
-  local lc = {}
   local la = log(alpha)
-  for f, v in pairs(cnt) do
-    vocab = vocab + 1
+  -- lc[f] = { log(count in label j + alpha) }, computed on first use
+  local lc = setmetatable({}, { __index = function(t, f)
+    local v = cnt[f]
+    if not v then return nil end
     local l = { la, la, la, la, la, la, la, la, la }
     for j = 1, L do
       local n = v[j]
       if n > 0 then l[j] = log(n + alpha) else l[j] = la end
     end
-    lc[f] = l
-  end
+    t[f] = l
+    return l
+  end })
   local ndocs = #examples
   local av = alpha * vocab
   local ldenom, lprior = {}, {}
@@ -243,11 +246,12 @@ function _M.train(examples, opts)
       for j = 1, L do s[j] = 0 end
       local nk, own = 0, 0
       for _, f in ipairs(fs) do
-        if df[f] > 1 then
+        local v = cnt[f]
+        if v[D] > 1 then
           nk = nk + 1
           local l = lc[f]
           for j = 1, L do s[j] = s[j] + l[j] end
-          own = own + log(cnt[f][y] - 1 + alpha) - l[y]
+          own = own + log(v[y] - 1 + alpha) - l[y]
         end
       end
       for j = 1, L do
