@@ -38,9 +38,24 @@ describe("eco classifier", function()
 
     it("shares the stem of a word with and without a particle", function()
       local with = {}
-      for _, f in ipairs(classifier.features("냉장고를")) do with[f] = true end
-      assert.is_true(with["c:<냉장"])
-      assert.is_true(with["c:냉장고"])
+      for _, f in ipairs(classifier.features("냉장고를")) do with[classifier.feature_name(f)] = true end
+      assert.is_true(with["<냉장"])
+      assert.is_true(with["냉장고"])
+      assert.is_nil(with["냉장고>"])
+    end)
+
+    it("takes 1-, 2- and 3-grams of the padded word", function()
+      local names = {}
+      for _, f in ipairs(classifier.features("팔")) do names[#names + 1] = classifier.feature_name(f) end
+      table.sort(names)
+      assert.same({ "<팔", "<팔>", "팔", "팔>" }, names)
+    end)
+
+    it("survives invalid UTF-8", function()
+      local names = {}
+      for _, f in ipairs(classifier.features("캔\xff\xfe버려")) do names[classifier.feature_name(f)] = true end
+      assert.is_true(names["<캔>"])
+      assert.is_true(names["<버려"])
     end)
 
     it("lists every feature once", function()

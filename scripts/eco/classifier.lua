@@ -1,23 +1,28 @@
 -- Local intent classifier for the Eco² chat pipeline.
 --
--- A multinomial naive Bayes model over binary features of a message: word
--- unigrams, word bigrams and character 1-3-grams of every word (Hangul
--- syllables, with word-boundary marks, so "냉장고를" and "냉장고" share
--- "<냉장" and "냉장고"). It is trained when it is loaded, from the labelled
--- lines of data/intents.jsonl (a few milliseconds), and returns per-class
--- probabilities.
+-- A multinomial naive Bayes model over binary features of a message: the
+-- character 1-, 2- and 3-grams of every word, the word padded with
+-- boundary marks (so "냉장고를" and "냉장고" share "<냉", "<냉장" and
+-- "냉장고", and a one-syllable word "팔" is the trigram "<팔>"). It is
+-- trained when it is loaded, from the labelled lines of data/intents.jsonl,
+-- and returns per-class probabilities.
 --
 -- Calibration: raw naive Bayes posteriors are far too sure of themselves,
 -- because overlapping n-grams count the same evidence several times. At load
--- the model scores every training line with that line left out (exact for
--- naive Bayes: subtract its own counts), then picks the softmax temperature
--- that minimises the log loss of those held-out scores. Probabilities are
+-- the model scores training lines with each line left out (exact for naive
+-- Bayes: subtract its own counts), then picks the softmax temperature that
+-- minimises the log loss of those held-out scores. Probabilities are
 -- softmax(log-joint / T), so a reported 0.8 is right about 80% of the time on
 -- data like the training set.
+--
+-- An n-gram is kept as one integer (21 bits per code point, "<" = 1,
+-- ">" = 2), which keeps training to a few milliseconds; feature_name()
+-- turns one back into text.
 
 local cjson = require "cjson"
 
-local find, gmatch, gsub, lower = string.find, string.gmatch, string.gsub, string.lower
+local codes, uchar, ulen = utf8.codes, utf8.char, utf8.len
+local sub = string.sub
 local concat, sort = table.concat, table.sort
 local log, exp, huge = math.log, math.exp, math.huge
 local type, pairs, ipairs, error, setmetatable = type, pairs, ipairs, error, setmetatable
@@ -32,68 +37,96 @@ _M.INTENTS = {
 }
 
 local DEFAULTS = {
-  alpha = 0.25,         -- additive smoothing of the feature counts
-  char_ngrams = 3,      -- longest character n-gram taken inside a word
-  char_min = 1,         -- shortest one
-  calibration_sample = 400, -- examples scored leave-one-out to fit the temperature
-  words = false,        -- whole words as features (the n-grams of "<word>" cover them)
-  word_bigrams = false, -- "팔 수" as one feature besides "팔" and "수"
+  alpha = 0.25,               -- additive smoothing of the feature counts
+  char_ngrams = 3,            -- longest character n-gram
+  char_min = 1,               -- shortest one
+  calibration_sample = 400,   -- examples scored leave-one-out to fit the temperature
 }
 
--- Characters that separate words besides ASCII space and punctuation.
-local WIDE_SEPARATOR_LIST = {
+local SHIFT = 2097152         -- 2^21: room for any code point
+local BEGIN, END = 1, 2       -- word boundary marks inside n-gram keys
+
+-- Code points that separate words: ASCII other than letters and digits,
+-- and common full-width and typographic punctuation.
+local SEPARATOR = {}
+for c = 0, 127 do
+  if not string.char(c):match("%w") then SEPARATOR[c] = true end
+end
+for _, ch in ipairs{
   "？", "！", "，", "．", "。", "、", "…", "～", "〜", "·", "•", "—", "–",
   "“", "”", "‘", "’", "「", "」", "『", "』", "《", "》", "〈", "〉",
-  "（", "）", "：", "；", "♡", "♥", "★", "☆",
-}
-local UTF8_CHAR = "[%z\1-\127\194-\244][\128-\191]*"
+  "（", "）", "：", "；", "♡", "♥", "★", "☆", "\u{3000}",
+} do
+  SEPARATOR[utf8.codepoint(ch)] = true
+end
 
--- The set of feature strings of a text, as an array without duplicates:
--- "w:" .. word, "b:" .. word bigram, and the word's character n-grams
--- (a word is padded with "<" and ">"), ASCII lower-cased.
-local function features(text, opts)
+-- Replace every byte that is not part of valid UTF-8 with a space.
+local function valid_utf8(text)
+  while true do
+    local n, bad = ulen(text)
+    if n then return text end
+    text = sub(text, 1, bad - 1) .. " " .. sub(text, bad + 1)
+  end
+end
+
+-- The feature keys of a text, as an array without duplicates.
+local function features(text, nmin, nmax)
   local seen, list, k = {}, {}, 0
-  local nmax, nmin, bigrams, words = opts.char_ngrams, opts.char_min, opts.word_bigrams, opts.words
-  text = lower(text)
-  if find(text, "[\194\226\227\239]") then
-    -- full-width and CJK punctuation, ellipses, dashes
-    for _, sep in ipairs(WIDE_SEPARATOR_LIST) do text = gsub(text, sep, " ") end
+  local w, n = {}, 0
+  local function flush()
+    if n == 0 then return end
+    w[0], w[n + 1] = BEGIN, END
+    for i = 0, n + 1 do
+      local a = w[i]
+      if nmin <= 1 and i >= 1 and i <= n and not seen[a] then
+        seen[a] = true; k = k + 1; list[k] = a
+      end
+      if i <= n then
+        local f = a * SHIFT + w[i + 1]
+        if nmin <= 2 and nmax >= 2 and not seen[f] then
+          seen[f] = true; k = k + 1; list[k] = f
+        end
+        if nmax >= 3 and i < n then
+          f = f * SHIFT + w[i + 2]
+          if not seen[f] then seen[f] = true; k = k + 1; list[k] = f end
+        end
+      end
+    end
+    n = 0
   end
-  local prev
-  for word in gmatch(text, "[^%s%p]+") do
-    local f
-    if words then
-      f = "w:" .. word
-      if not seen[f] then seen[f] = true; k = k + 1; list[k] = f end
-    end
-    if bigrams and prev then
-      f = "b:" .. prev .. " " .. word
-      if not seen[f] then seen[f] = true; k = k + 1; list[k] = f end
-    end
-    prev = word
-    local chars, len = { [0] = "<" }, 0
-    for ch in gmatch(word, UTF8_CHAR) do len = len + 1; chars[len] = ch end
-    chars[len + 1] = ">"
-    for i = 0, len + 1 do
-      local a = chars[i]
-      if nmin <= 1 and i >= 1 and i <= len then
-        f = "c:" .. a
-        if not seen[f] then seen[f] = true; k = k + 1; list[k] = f end
-      end
-      if nmax >= 2 and i <= len and nmin <= 2 then
-        f = "c:" .. a .. chars[i + 1]
-        if not seen[f] then seen[f] = true; k = k + 1; list[k] = f end
-      end
-      if nmax >= 3 and i + 1 <= len then
-        f = "c:" .. a .. chars[i + 1] .. chars[i + 2]
-        if not seen[f] then seen[f] = true; k = k + 1; list[k] = f end
-      end
+  for _, c in codes(valid_utf8(text)) do
+    if SEPARATOR[c] then
+      flush()
+    else
+      if c >= 65 and c <= 90 then c = c + 32 end  -- ASCII lower case
+      n = n + 1
+      w[n] = c
     end
   end
+  flush()
   return list
 end
-_M.features = function(text, opts)
-  return features(text, setmetatable(opts or {}, { __index = DEFAULTS }))
+
+-- The feature keys of a text (see feature_name), for inspection.
+function _M.features(text, opts)
+  if type(text) ~= "string" then
+    error("bad argument #1 to 'features': expected a string, got " .. type(text), 2)
+  end
+  local o = setmetatable(opts or {}, { __index = DEFAULTS })
+  return features(text, o.char_min, o.char_ngrams)
+end
+
+-- The text of a feature key: "<냉장", "고>", "팔".
+function _M.feature_name(key)
+  local parts = {}
+  while key > 0 do
+    local c = key % SHIFT
+    parts[#parts + 1] = c == BEGIN and "<" or c == END and ">" or uchar(c)
+    key = key // SHIFT
+  end
+  local out = {}
+  for i = #parts, 1, -1 do out[#out + 1] = parts[i] end
+  return concat(out)
 end
 
 -- Read labelled lines {message, intent, additional_intents?} from a JSONL
@@ -151,7 +184,7 @@ local function softmax(s, t)
 end
 
 -- Train a model from examples {{text=, label=}, ...}. opts: alpha,
--- char_ngrams, char_min, word_bigrams, labels (defaults to INTENTS),
+-- char_ngrams, char_min, calibration_sample, labels (defaults to INTENTS),
 -- calibrate (default true: fit the temperature on leave-one-out scores).
 --
 -- The model keeps, per feature, the array of log(count in class + alpha)
@@ -181,7 +214,7 @@ function _M.train(examples, opts)
     if type(e.text) ~= "string" then
       error("bad argument #1 to 'train': example " .. i .. " has no text", 2)
     end
-    local fs = features(e.text, o)
+    local fs = features(e.text, o.char_min, o.char_ngrams)
     feats[i], ys[i] = fs, y
     for _, f in ipairs(fs) do
       local v = cnt[f]
@@ -304,7 +337,7 @@ end
 -- Log-joint score of every label for a text, as an array in label order
 -- (features unseen in training carry no evidence and are skipped).
 function _M.scores(self, text)
-  local fs = features(text, self.opts)
+  local fs = features(text, self.opts.char_min, self.opts.char_ngrams)
   local lc, L = self.lc, #self.labels
   local s, n = {}, 0
   for j = 1, L do s[j] = 0 end
