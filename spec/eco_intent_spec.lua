@@ -118,6 +118,25 @@ describe("eco intent", function()
       end)
     end)
 
+    it("calls a message without a known n-gram small talk", function()
+      for _, m in ipairs{ "👍", "???", "@@ !!" } do
+        local r = intent.classify(m, { prev_intent = "waste" })
+        assert.equal("general", r.intent, m)
+        assert.is_true(r.explain.no_evidence, m)
+      end
+    end)
+
+    it("returns nil, err when the classifier's data cannot be read", function()
+      local saved = classifier.default_data_path
+      classifier.default_data_path = function() return "/nonexistent/intents.jsonl" end
+      classifier.reset()
+      local r, err = intent.classify("안녕")
+      classifier.default_data_path = saved
+      classifier.reset()
+      assert.is_nil(r)
+      assert.matches("^intent data: ", err)
+    end)
+
     it("rejects an unknown previous intent", function()
       assert.has_error(function() intent.classify("안녕", { prev_intent = "weather" }) end,
         "bad argument #2 to 'classify': unknown prev_intent 'weather'")

@@ -134,10 +134,14 @@ function _M.eval(lines, opts)
   local sources = {}
 
   for i, c in ipairs(cases) do
-    local res = intent.classify(c.message, {
+    local res, err = intent.classify(c.message, {
       prev_intent = c.prev_intent, user_location = c.user_location,
       llm = opts.llm, cache = opts.cache, model = opts.model,
     })
+    if not res then
+      if show then write("\n") end
+      return nil, format("line %d: %s", c.line, err)
+    end
     sources[res.source] = (sources[res.source] or 0) + 1
     local decisions = route({
       message = c.message, intent = res.intent,

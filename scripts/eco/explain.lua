@@ -1,7 +1,7 @@
 -- Why a message goes where it goes: classification plus routing, told as
 -- lines a person reads (`moongraph route`) and as one JSON object.
 --
--- explain(message, opts) -> lines, object
+-- explain(message, opts) -> lines, object | nil, err (no classifier data)
 --   opts.prev_intent  previous turn's intent
 --   opts.location     the user's location (state.user_location)
 --   opts.json         append the object, encoded on one line, as the last line
@@ -29,16 +29,17 @@ local function signed(x)
 end
 
 -- Classify and route a message. Returns the explanation lines and the
--- decision object.
+-- decision object, or nil, err when the message cannot be classified.
 function _M.explain(message, opts)
   if type(message) ~= "string" then
     error("bad argument #1 to 'explain': expected a string, got " .. type(message), 2)
   end
   opts = opts or {}
-  local res = intent.classify(message, {
+  local res, err = intent.classify(message, {
     prev_intent = opts.prev_intent, user_location = opts.location,
     llm = opts.llm, cache = opts.cache, model = opts.model,
   })
+  if not res then return nil, err end
   local route = opts.route or router.new(opts.router or {})
   local state = {
     message = message, intent = res.intent,
@@ -73,6 +74,10 @@ function _M.explain(message, opts)
     local b = boosts[e[1]]
     say("  %-17s %.3f %s%s", e[1], e[2], pct_bar(e[2], 20),
       b and format("  boost %s -> %.3f", signed(b), e[2] + b) or "")
+  end
+
+  if ex.no_evidence then
+    say("no word of the message is known to the classifier: general")
   end
 
   local tb = ex.transition_boost or {}

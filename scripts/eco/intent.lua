@@ -12,6 +12,9 @@
 --   opts.model          a classifier model (scripts.eco.classifier); the one
 --                       trained from data/intents.jsonl by default
 --
+-- Returns nil, err only when there is no LLM answer and the offline
+-- classifier's data cannot be read.
+--
 -- result = { intent, additional_intents, confidence, is_multi,
 --            complexity = "simple" | "complex", source = "llm" | "offline",
 --            explain = { scores, transition_boost, keyword_adjustments,
@@ -356,7 +359,7 @@ local function offline(message, opts, mi)
   if not model then
     local err
     model, err = classifier.default()
-    if not model then error(err, 0) end
+    if not model then return nil, err end
   end
 
   local clauses = analyse_clauses(model, message, mi)
@@ -392,6 +395,10 @@ local function offline(message, opts, mi)
     if s > best_score or (s == best_score and c < best) then best, best_score = c, s end
   end
   local intent = best
+  -- a message without a single known n-gram ("👍", "???") carries no
+  -- evidence: the scores are only the class priors, so it is small talk
+  local no_evidence = top.known == 0
+  if no_evidence then intent = "general" end
 
   -- additional intents: other clauses' intents the classifier is sure of
   local additional, have = {}, { [intent] = true }
@@ -437,6 +444,7 @@ local function offline(message, opts, mi)
       scores = scores,
       decided_on = primary_text,
       known_features = top.known,
+      no_evidence = no_evidence or nil,
       transition_boost = {
         prev_intent = opts.prev_intent,
         boosts = deep_copy(boosts),
@@ -613,7 +621,12 @@ function _M.classify(message, opts)
     end
   end
   if not decision then
-    decision, source = offline(message, o, mi), "offline"
+    local err
+    decision, err = offline(message, o, mi)
+    if not decision then
+      return nil, fallback_reason and (fallback_reason .. "; offline classifier: " .. err) or err
+    end
+    source = "offline"
     if not o.llm then fallback_reason = fallback_reason or "no LLM configured" end
   end
 

@@ -46,9 +46,10 @@ if not message or not message:find("%S") then
   os.exit(2)
 end
 
-local ok, lines = pcall(explain.explain, message, opts)
-if not ok then
-  io.stderr:write("route: ", tostring(lines):gsub("^bad argument #%d+ to '[%w_]+': ", ""), "\n")
+local ok, lines, err = pcall(explain.explain, message, opts)
+if not ok or not lines then
+  local msg = tostring(ok and err or lines):gsub("^bad argument #%d+ to '[%w_]+': ", "")
+  io.stderr:write("route: ", msg, "\n")
   os.exit(1)
 end
 io.stdout:write(table.concat(lines, "\n"), "\n")
