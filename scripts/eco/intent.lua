@@ -230,11 +230,13 @@ function _M.split(message, mi)
   end
   cut(nil)
 
-  -- undo cuts after a lone word joined by a particle, comma or conjunction
+  -- undo cuts after a lone word joined by a particle, comma or conjunction:
+  -- "종이, 캔, 유리병 버리는 법" is one clause
   local need = mi.min_clause_words or 2
   local merged = {}
   local carry
   for _, s in ipairs(segs) do
+    local own = #s.words
     if carry then
       local words, plain = {}, {}
       for _, w in ipairs(carry.words) do words[#words + 1] = w; plain[#plain + 1] = w end
@@ -243,7 +245,7 @@ function _M.split(message, mi)
       carry = nil
     end
     local weak = s.cut == "list" or s.cut == "particle" or s.cut == "conjunction"
-    if weak and #s.words < need then
+    if weak and own < need then
       carry = s
     else
       merged[#merged + 1] = s
@@ -290,10 +292,10 @@ local function char_len(s)
   return utf8.len(s) or #s
 end
 
-local function judge_complexity(message, is_multi, nclauses, mi)
+local function judge_complexity(message, is_multi, nquestions, mi)
   local c = mi.complexity or {}
   if is_multi then return "complex", "several intents" end
-  if nclauses > 1 then return "complex", "several clauses" end
+  if nquestions > 1 then return "complex", "several questions" end
   if c.max_simple_chars and char_len(message) > c.max_simple_chars then
     return "complex", "long message"
   end
@@ -368,6 +370,14 @@ local function offline(message, opts, mi)
     if not cl.dropped then kept[#kept + 1] = cl end
   end
 
+  -- separate questions: clauses ended by a sentence mark, a conjunction or
+  -- a request verb (not by a particle or comma inside one question)
+  local nquestions = 1
+  local separate = { sentence = true, conjunction = true, verb = true, also = true }
+  for i = 1, #kept - 1 do
+    if separate[kept[i].cut] then nquestions = nquestions + 1 end
+  end
+
   -- distinct intents of the kept clauses, in order
   local distinct, seen = {}, {}
   for _, cl in ipairs(kept) do
@@ -439,7 +449,7 @@ local function offline(message, opts, mi)
     intent = intent,
     additional_intents = additional,
     confidence = round(confidence),
-    nclauses = #kept,
+    nquestions = nquestions,
     explain = {
       scores = scores,
       decided_on = primary_text,
@@ -561,7 +571,7 @@ local function ask_llm(message, opts)
     intent = intent,
     additional_intents = additional,
     confidence = round(clamp01(base + boost + kw.delta)),
-    nclauses = 1 + #additional,
+    nquestions = 1 + #additional,
     explain = {
       scores = { [intent] = round(base) },
       transition_boost = {
@@ -631,7 +641,7 @@ function _M.classify(message, opts)
   end
 
   local is_multi = #decision.additional_intents > 0
-  local complexity, why = judge_complexity(message, is_multi, decision.nclauses, mi)
+  local complexity, why = judge_complexity(message, is_multi, decision.nquestions, mi)
   local explain = decision.explain
   explain.fallback_reason = fallback_reason
   explain.cache = cache_state

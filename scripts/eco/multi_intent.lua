@@ -43,8 +43,9 @@ return {
   min_also_prob = 0.6,
 
   -- complexity: "complex" when the message has several intents or several
-  -- clauses, is longer than max_simple_chars characters, or contains one
-  -- of the markers (asks to compare, explain in depth, ...)
+  -- questions (clauses ended by a sentence mark, a conjunction or a request
+  -- verb), is longer than max_simple_chars characters, or contains one of
+  -- the markers (asks to compare, explain in depth, ...)
   complexity = {
     max_simple_chars = 60,
     markers = { "비교", "차이", "자세히", "자세하게", "장단점", "단계별", "정리해", "이유" },
