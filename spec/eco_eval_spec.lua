@@ -2,6 +2,7 @@
 -- and `moongraph route`, and the small Lua front ends in scripts/eco/.
 
 local eval = require "scripts.eco.eval"
+local commands = require "scripts.eco.commands"
 local explain = require "scripts.eco.explain"
 local json = require "scripts.eco.json"
 local cjson = require "cjson"
@@ -187,6 +188,56 @@ describe("eco explain", function()
   it("uses router options", function()
     local _, obj = explain.explain("페트병 어떻게 버려?", { router = { enable_enrichment = false } })
     assert.same({ "waste_rag" }, obj.nodes)
+  end)
+
+  describe("commands", function()
+    local function sink()
+      local buf = {}
+      return { write = function(_, ...) for _, s in ipairs{ ... } do buf[#buf + 1] = s end end,
+               text = function() return table.concat(buf) end }
+    end
+
+    it("route prints the explanation and ends with the JSON decision", function()
+      local out, err = sink(), sink()
+      local code = commands.route({ "--location", "서울", "--json", "폐건전지 수거함 어디 있어?" },
+        { stdout = out, stderr = err })
+      assert.equal(0, code)
+      assert.equal("", err.text())
+      local obj = cjson.decode(out.text():match("([^\n]+)\n$"))
+      assert.same({ "collection_point", "weather" }, obj.nodes)
+    end)
+
+    it("route reports bad usage with status 2", function()
+      local err = sink()
+      assert.equal(2, commands.route({ "--prev-intent" }, { stdout = sink(), stderr = err }))
+      assert.matches("--prev-intent needs a value", err.text(), 1, true)
+      assert.equal(2, commands.route({}, { stdout = sink(), stderr = sink() }))
+      assert.equal(2, commands.route({ "--verbose", "x" }, { stdout = sink(), stderr = sink() }))
+      assert.equal(2, commands.route({ "a", "b" }, { stdout = sink(), stderr = sink() }))
+    end)
+
+    it("eval draws its progress bar on stderr only on a terminal", function()
+      local out, err = sink(), sink()
+      assert.equal(0, commands.eval({ "--json", "spec/fixtures/routing_check.jsonl" },
+        { stdout = out, stderr = err, is_tty = true }))
+      assert.matches("^\r%[", err.text())
+      assert.is_number(cjson.decode(out.text()).nodes.accuracy)
+      local quiet = sink()
+      commands.eval({ "spec/fixtures/routing_check.jsonl" }, { stdout = sink(), stderr = quiet })
+      assert.equal("", quiet.text())
+    end)
+
+    it("eval names a bad line with status 1", function()
+      local path = os.tmpname()
+      local f = assert(io.open(path, "w"))
+      f:write('{"message": "안녕", "intent": "general"}\n{"message": 3}\n')
+      f:close()
+      local err = sink()
+      local code = commands.eval({ path }, { stdout = sink(), stderr = err })
+      os.remove(path)
+      assert.equal(1, code)
+      assert.matches(': line 2: "message" must be a non-empty string', err.text(), 1, true)
+    end)
   end)
 
   describe("scripts", function()
