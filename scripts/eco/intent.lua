@@ -282,10 +282,16 @@ end
 -- Offline decision
 ------------------------------------------------------------------------
 
-local function top_of(model, text)
+-- The model's verdict on a text; memo (optional) keeps verdicts within one
+-- classification, where the same text is often scored twice.
+local function top_of(model, text, memo)
+  local t = memo and memo[text]
+  if t then return t end
   local probs, ranked, known = model:predict(text)
-  return { probs = probs, ranked = ranked, known = known,
-           intent = ranked[1].intent, p = ranked[1].p }
+  t = { probs = probs, ranked = ranked, known = known,
+        intent = ranked[1].intent, p = ranked[1].p }
+  if memo then memo[text] = t end
+  return t
 end
 
 local function char_len(s)
@@ -307,7 +313,7 @@ end
 
 -- Clauses of the message with their classifications, after "also" cuts and
 -- dropping pleasantries next to real requests.
-local function analyse_clauses(model, message, mi)
+local function analyse_clauses(model, message, mi, memo)
   local clauses = _M.split(message, mi)
   local out = {}
   local need = mi.min_clause_words or 2
@@ -322,7 +328,7 @@ local function analyse_clauses(model, message, mi)
       for j = need + 1, k do
         local left = concat(cl.words, " ", 1, j - 1)
         local right = concat(cl.words, " ", j)
-        local a, b = top_of(model, left), top_of(model, right)
+        local a, b = top_of(model, left, memo), top_of(model, right, memo)
         local m = min(a.p, b.p)
         if a.intent ~= b.intent and m >= (mi.min_also_prob or 0.6)
           and (not best or m > best) then
@@ -338,8 +344,8 @@ local function analyse_clauses(model, message, mi)
     if not done then out[#out + 1] = { text = cl.text, cut = cl.cut } end
   end
   for _, cl in ipairs(out) do
-    local t = top_of(model, cl.text)
-    cl.intent, cl.p, cl.known, cl.top = t.intent, t.p, t.known, t
+    local t = top_of(model, cl.text, memo)
+    cl.intent, cl.p, cl.known = t.intent, t.p, t.known
   end
   -- pleasantries ("안녕!", "고마워") are not requests when a request follows
   local any_request = false
@@ -364,7 +370,8 @@ local function offline(message, opts, mi)
     if not model then return nil, err end
   end
 
-  local clauses = analyse_clauses(model, message, mi)
+  local memo = {}
+  local clauses = analyse_clauses(model, message, mi, memo)
   local kept = {}
   for _, cl in ipairs(clauses) do
     if not cl.dropped then kept[#kept + 1] = cl end
@@ -394,7 +401,7 @@ local function offline(message, opts, mi)
   if #kept >= 1 and (#distinct > 1 or dropped_any) then
     primary_text = kept[1].text
   end
-  local top = top_of(model, primary_text)
+  local top = top_of(model, primary_text, memo)
 
   -- transition boost on every candidate, then the choice
   local boosts = boosts_from(opts.prev_intent)
@@ -460,7 +467,8 @@ local function offline(message, opts, mi)
         boosts = deep_copy(boosts),
         applied = boost,
         boosted_scores = opts.prev_intent and boosted_r or nil,
-        changed_choice = opts.prev_intent ~= nil and intent ~= top.intent or nil,
+        changed_choice = (opts.prev_intent ~= nil and not no_evidence
+          and intent ~= top.intent) or nil,
         unboosted_choice = top.intent,
       },
       base_confidence = round(base),
