@@ -392,6 +392,16 @@ describe("eco intent", function()
         assert.same({}, b.additional_intents)
       end)
 
+      it("can be a plain table", function()
+        local llm = scripted_llm(replies{ intent = "waste", confidence = 0.8 })
+        local t = {}
+        intent.classify("캔 어떻게 버려?", { llm = llm, cache = t })
+        local r = intent.classify("캔 어떻게 버려?", { llm = llm, cache = t })
+        assert.equal(1, #llm.calls)
+        assert.equal("hit", r.explain.cache)
+        assert.is_not_nil(next(t))
+      end)
+
       it("can be turned off", function()
         local llm = scripted_llm(replies{ intent = "waste", confidence = 0.8 })
         intent.classify("캔 어떻게 버려?", { llm = llm, cache = false })

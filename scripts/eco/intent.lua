@@ -6,9 +6,9 @@
 --   opts.llm            an LLM client (llm:chat{messages, json_schema}); without
 --                       one, or when the call fails, the offline classifier
 --                       decides and explain.fallback_reason says why
---   opts.cache          an intent cache (new_cache()), false for none; the
---                       module's shared cache by default. Only LLM answers
---                       are cached.
+--   opts.cache          an intent cache (new_cache(), any object with get/set,
+--                       or a plain table), false for none; the module's
+--                       shared LRU by default. Only LLM answers are cached.
 --   opts.model          a classifier model (scripts.eco.classifier); the one
 --                       trained from data/intents.jsonl by default
 --
@@ -113,6 +113,18 @@ end
 
 -- The cache classify() uses when opts.cache is not given.
 _M.cache = _M.new_cache(512)
+
+-- A cache is an intent.new_cache() or any object with get/set methods; a
+-- plain table works too (unbounded, keyed like the LRU).
+local function cache_get(cache, key)
+  if type(cache.get) == "function" then return cache:get(key) end
+  return cache[key]
+end
+
+local function cache_set(cache, key, value)
+  if type(cache.set) == "function" then return cache:set(key, value) end
+  cache[key] = value
+end
 
 local function cache_key(message, prev_intent, has_location)
   return concat({ message, prev_intent or "", has_location and "1" or "0" }, "\31")
@@ -622,7 +634,10 @@ function _M.classify(message, opts)
     local cache = opts.cache
     if cache == nil then cache = _M.cache end
     local key = cache_key(message, prev, is_set(o.user_location))
-    local hit = cache and cache:get(key)
+    if cache and type(cache) ~= "table" then
+      error("bad argument #2 to 'classify': cache must be a table or false", 2)
+    end
+    local hit = cache and cache_get(cache, key)
     if hit then
       decision, source, cache_state = deep_copy(hit), "llm", "hit"
     else
@@ -630,7 +645,7 @@ function _M.classify(message, opts)
       if d then
         decision, source = d, "llm"
         if cache then
-          cache:set(key, deep_copy(d))
+          cache_set(cache, key, deep_copy(d))
           cache_state = "miss"
         end
       else
