@@ -149,6 +149,14 @@ describe("eco router", function()
   it("routes a missing intent to general", function()
     local d = router.new{}({})
     assert.equal("general", d[1].node)
+    assert.equal(1, #d)
+  end)
+
+  it("applies the seed's condition to the state's own intent", function()
+    -- no intent in the state: the primary node is general, but the
+    -- condition (intent not in weather/general/character) holds
+    local d = router.new{}({ user_location = "서울" })
+    assert.same({ "general", "weather" }, router.nodes(d))
   end)
 
   it("routes an additional intent with no mapping to the node of that name", function()

@@ -40,7 +40,11 @@ local function condition_holds(rule, state)
   for _, key in ipairs(rule.requires or {}) do
     if not is_set(state[key]) then return false end
   end
-  return not member(rule.unless_intents, state.intent or "general")
+  -- as the seed's condition, this looks at state.intent itself: a state
+  -- without an intent routes to general but meets the condition
+  local intent = state.intent
+  if not is_set(intent) then return true end
+  return not member(rule.unless_intents, intent)
 end
 
 local function check_flag(opts, name)
