@@ -144,6 +144,18 @@ describe("eco eval", function()
   end)
 
   describe("on the routing check set", function()
+    it("shares no message with the training data", function()
+      local classifier = require "scripts.eco.classifier"
+      local function norm(m) return (m:gsub("[%s%p]", "")) end
+      local taught = {}
+      for _, o in ipairs(assert(classifier.read_jsonl(classifier.default_data_path()))) do
+        taught[norm(o.message)] = true
+      end
+      for _, o in ipairs(assert(classifier.read_jsonl("spec/fixtures/routing_check.jsonl"))) do
+        assert.is_nil(taught[norm(o.message)], o.message)
+      end
+    end)
+
     it("reaches 95% intent accuracy and 90% node-set match offline", function()
       local ls = assert(eval.read_lines("spec/fixtures/routing_check.jsonl"))
       local r = assert(eval.eval(ls))
