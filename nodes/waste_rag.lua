@@ -21,17 +21,28 @@ _M.defaults = {
   top_k = 3,
 }
 
-local index -- { items = {...}, entries = { {item, aliases = {{text, len, grams}}} } }
+local index -- { doc, entries = { {item, aliases} }, by_text, by_gram }
 
--- Builds (once) the normalised alias index of the rules file.
+local function gram_counts(text)
+  local counts, n = {}, 0
+  for _, g in ipairs(korean.bigrams(text)) do
+    counts[g] = (counts[g] or 0) + 1
+    n = n + 1
+  end
+  return counts, n
+end
+
+-- Builds (once) the normalised alias index of the rules file: aliases by
+-- exact text and by character bigram, so a query only touches the aliases
+-- it shares something with.
 function _M.index()
   if index then return index end
   local doc = data.require("waste_rules.json")
   if type(doc.items) ~= "table" or #doc.items == 0 then
     error("waste_rag: data/waste_rules.json has no items", 0)
   end
-  local entries = {}
-  for _, item in ipairs(doc.items) do
+  local entries, by_text, by_gram, all = {}, {}, {}, {}
+  for ei, item in ipairs(doc.items) do
     local seen, aliases = {}, {}
     local names = { item.name }
     for _, a in ipairs(item.aliases or {}) do names[#names + 1] = a end
@@ -39,25 +50,40 @@ function _M.index()
       local t = korean.compact(n)
       if t ~= "" and not seen[t] then
         seen[t] = true
-        aliases[#aliases + 1] = {
-          text = t, len = korean.len(t), stop = korean.stopwords[t] or false,
+        local grams, ngrams = gram_counts(t)
+        local al = {
+          entry = ei, text = t, len = korean.len(t), grams = grams, ngrams = ngrams,
+          stop = korean.stopwords[t] or false,
           ascii = not t:find("[\128-\255]"),
         }
+        aliases[#aliases + 1] = al
+        all[#all + 1] = al
+        by_text[t] = by_text[t] or {}
+        table.insert(by_text[t], al)
+        for g in pairs(grams) do
+          by_gram[g] = by_gram[g] or {}
+          table.insert(by_gram[g], al)
+        end
       end
     end
-    entries[#entries + 1] = { item = item, aliases = aliases }
+    entries[ei] = { item = item, aliases = aliases }
   end
-  index = { doc = doc, entries = entries }
+  index = { doc = doc, entries = entries, by_text = by_text, by_gram = by_gram, all = all }
   return index
 end
 
 -- Query candidates: every token variant, adjacent-pair joins and the join of
 -- all content tokens ("페트 병" -> "페트병", "깨진 유리를" -> "깨진유리").
 local function candidates(tokens)
-  local out = {}
+  local out, seen = {}, {}
   local function add(text, first, last)
-    local n = korean.len(text)
-    if n >= 1 then out[#out + 1] = { text = text, len = n, first = first, last = last } end
+    local key = text .. "\0" .. first .. "\0" .. last
+    if text ~= "" and not seen[key] then
+      seen[key] = true
+      local grams, ngrams = gram_counts(text)
+      out[#out + 1] = { text = text, len = korean.len(text), first = first, last = last,
+                        grams = grams, ngrams = ngrams }
+    end
   end
   for i, t in ipairs(tokens) do
     for _, v in ipairs(t.variants) do add(v, i, i) end
@@ -74,15 +100,16 @@ local function candidates(tokens)
   return out
 end
 
--- Score of one alias against one candidate, 0..1, and whether the match
--- explains the whole candidate (false when the alias is only a part of it).
-local function match(alias, cand)
+-- Score of one alias against one candidate sharing `common` bigrams, 0..1,
+-- and whether the match explains the whole candidate (false when the alias
+-- is only a part of it).
+local function match(alias, cand, common)
   local a, c = alias.text, cand.text
   if a == c then return 1, true end
+  local dice = 2 * common / (alias.ngrams + cand.ngrams)
   -- short Latin aliases ("pp", "pet") only match whole words or near-spellings
   if alias.ascii then
-    local d = (alias.len >= 3 and cand.len >= 3) and korean.similarity(a, c) or 0
-    if d >= 0.5 then return 0.85 * d, true end
+    if alias.len >= 3 and cand.len >= 3 and dice >= 0.5 then return 0.85 * dice, true end
     return 0, false
   end
   if cand.len >= 2 and alias.len > cand.len and korean.contains(a, c) then
@@ -91,16 +118,15 @@ local function match(alias, cand)
   if alias.len >= 2 and cand.len > alias.len and korean.contains(c, a) then
     return 0.75 + 0.25 * alias.len / cand.len, false
   end
-  if alias.len >= 2 and cand.len >= 2 then
-    local d = korean.similarity(a, c)
-    if d >= 0.5 then return 0.85 * d, true end
+  if alias.len >= 2 and cand.len >= 2 and dice >= 0.5 then
+    return 0.85 * dice, true
   end
   return 0, false
 end
 
--- Ranks the rule items for a question. Returns results (best first), each
--- { item, score, matched = alias, coverage, pos }, and the number of
--- content tokens found in the question.
+-- Ranks the rule items for a question. Returns the kept results (best
+-- first), each { item, score, matched = alias, coverage, pos }, every scored
+-- result, and the number of content tokens found in the question.
 function _M.search(query, opts)
   if type(query) ~= "string" then
     error("bad argument #1 to 'search': string expected, got " .. type(query), 2)
@@ -113,41 +139,53 @@ function _M.search(query, opts)
   local content_len = 0
   for _, t in ipairs(tokens) do content_len = content_len + korean.len(t.variants[#t.variants]) end
 
+  local state = {} -- entry index -> { best, alias, pos, covered }
+  local function note(al, s, pos, first, last, covers)
+    local st = state[al.entry]
+    if not st then st = { best = 0, pos = math.huge, covered = {} }; state[al.entry] = st end
+    if covers then for i = first, last do st.covered[i] = true end end
+    if s > st.best or (s == st.best and pos < st.pos) then
+      st.best, st.alias, st.pos = s, al.text, pos
+    end
+  end
+
+  for _, c in ipairs(cands) do
+    local common = {}
+    for _, al in ipairs(idx.by_text[c.text] or {}) do common[al] = 0 end
+    for g, n in pairs(c.grams) do
+      for _, al in ipairs(idx.by_gram[g] or {}) do
+        common[al] = (common[al] or 0) + min(n, al.grams[g])
+      end
+    end
+    for al, k in pairs(common) do
+      local s, whole_cand = match(al, c, k)
+      if s >= 0.5 then
+        -- a joined candidate only counts as covered when the alias explains all of it
+        note(al, s, c.first, c.first, c.last, whole_cand or c.first == c.last)
+      end
+    end
+  end
+  -- aliases spanning words the tokenizer dropped ("음식물 쓰레기")
+  for _, al in ipairs(idx.all) do
+    if al.len >= 2 and not al.stop and not al.ascii then
+      local p = whole:find(al.text, 1, true)
+      if p then
+        note(al, 0.75 + 0.25 * min(1, al.len / math.max(1, content_len)), 0.5 + p / #whole, 1, 0, false)
+      end
+    end
+  end
+
   local results = {}
-  for _, e in ipairs(idx.entries) do
-    local best, best_alias, pos = 0, nil, math.huge
-    local covered = {}
-    for _, al in ipairs(e.aliases) do
-      for _, c in ipairs(cands) do
-        local s, whole_cand = match(al, c)
-        if s >= 0.5 then
-          -- a joined candidate only counts as covered when the alias explains all of it
-          if whole_cand or c.first == c.last then
-            for i = c.first, c.last do covered[i] = true end
-          end
-          if s > best or (s == best and c.first < pos) then
-            best, best_alias, pos = s, al.text, c.first
-          end
-        end
-      end
-      -- the alias spans words the tokenizer dropped ("음식물 쓰레기")
-      if al.len >= 2 and not al.stop and not al.ascii and korean.contains(whole, al.text) then
-        local s = 0.75 + 0.25 * min(1, al.len / math.max(1, content_len))
-        if s > best then best, best_alias = s, al.text end
-        local p = whole:find(al.text, 1, true)
-        if p and best_alias == al.text then pos = min(pos, 0.5 + p / #whole) end
-      end
-    end
-    if best > 0 then
-      local ncov = 0
-      for i = 1, #tokens do if covered[i] then ncov = ncov + 1 end end
-      local coverage = #tokens > 0 and ncov / #tokens or 1
-      local score = best * (0.8 + 0.2 * coverage)
-      if e.item.generic then score = score * 0.95 end
-      results[#results + 1] = {
-        item = e.item, score = score, matched = best_alias, coverage = coverage, pos = pos,
-      }
-    end
+  for ei, st in pairs(state) do
+    local e = idx.entries[ei]
+    local ncov = 0
+    for i = 1, #tokens do if st.covered[i] then ncov = ncov + 1 end end
+    local coverage = #tokens > 0 and ncov / #tokens or 1
+    local score = st.best * (0.8 + 0.2 * coverage)
+    if e.item.generic then score = score * 0.95 end
+    results[#results + 1] = {
+      item = e.item, score = score, matched = st.alias, coverage = coverage, pos = st.pos,
+    }
   end
   sort(results, function(x, y)
     if x.score ~= y.score then return x.score > y.score end
