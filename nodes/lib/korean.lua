@@ -141,6 +141,24 @@ function _M.similarity(a, b)
   return 2 * common / (#ba + #bb)
 end
 
+-- Whether a question mentions a word: a word of two or more characters
+-- anywhere in the question ignoring spaces ("의류 수거함" mentions
+-- "의류수거함"); a one-character word as a whole token, particles stripped
+-- ("옷은" mentions "옷", "옷걸이" does not).
+function _M.mentions(question, word)
+  local w = _M.compact(word)
+  if w == "" then return false end
+  if _M.len(w) >= 2 then
+    return _M.compact(question):find(w, 1, true) ~= nil
+  end
+  for tok in _M.normalize(question):gmatch("%S+") do
+    for _, v in ipairs(_M.variants(tok)) do
+      if v == w then return true end
+    end
+  end
+  return false
+end
+
 -- Plain (non-pattern) substring test.
 function _M.contains(hay, needle)
   return hay:find(needle, 1, true) ~= nil
