@@ -50,7 +50,8 @@ function _M.parse_response(body)
       if url then
         out[#out + 1] = { url = url, revised_prompt = adapter.str(d.revised_prompt) }
       elseif b64 then
-        out[#out + 1] = { b64_json = b64, bytes = math.floor(#b64 * 3 / 4),
+        local pad = #(b64:match("=*$"))
+        out[#out + 1] = { b64_json = b64, bytes = math.floor(#b64 * 3 / 4) - pad,
                           revised_prompt = adapter.str(d.revised_prompt) }
       end
     end

@@ -17,6 +17,7 @@ function _M.config(service, ctx, default_base)
   end
   local prefix = "MOONGRAPH_" .. service:upper() .. "_"
   local over = ctx and ctx.config and ctx.config[service] or {}
+  -- an override of "" means "unset" (it does not fall back to the environment)
   local function pick(key, env)
     local v = over[key]
     if v == nil then v = os.getenv(prefix .. env) end
