@@ -132,8 +132,8 @@ end
 function _M.describe(sum, label, base_date, base_time)
   local s = sum.slot
   local parts = {}
-  parts[#parts + 1] = ("%s 날씨 (기상청 단기예보 %s %s 발표): %s 기온 %s℃, %s, 강수확률 %s%%")
-    :format(label, base_date, base_time:sub(1, 2) .. "시", hour_label(s.time),
+  parts[#parts + 1] = ("%s 날씨 (기상청 단기예보 %d월 %d일 %s 발표): %s 기온 %s℃, %s, 강수확률 %s%%")
+    :format(label, tonumber(base_date:sub(5, 6)), tonumber(base_date:sub(7, 8)), hour_label(base_time), hour_label(s.time),
       s.TMP or "?", _M.sky_names[s.SKY or ""] or "하늘상태 미상", s.POP or "?")
   if s.PTY and s.PTY ~= "0" then parts[#parts] = parts[#parts] .. ", " .. (_M.pty_names[s.PTY] or "강수") end
   local d = sum.today

@@ -18,6 +18,11 @@ describe("nodes.lib.korean", function()
     assert.are.equal("페트병", korean.compact("페트 병"))
   end)
 
+  it("drops invalid UTF-8 bytes instead of failing", function()
+    assert.are.equal("페트병 버려", korean.normalize("페트병\255 버려"))
+    assert.are.same({ "페트병" }, texts(korean.content_tokens("페트병\200\201 어떻게 버려")))
+  end)
+
   it("strips one particle or ending but keeps at least one character", function()
     assert.are.equal("종이", korean.strip_particle("종이는"))
     assert.are.equal("유리", korean.strip_particle("유리를"))

@@ -48,12 +48,23 @@ local function ends_with(s, suffix)
   return #s > #suffix and s:sub(-#suffix) == suffix
 end
 
+-- Drops bytes that are not part of a valid UTF-8 sequence.
+function _M.sanitize(s)
+  if utf8.len(s) then return s end
+  local out = {}
+  for ch in s:gmatch(utf8.charpattern) do
+    if utf8.len(ch) == 1 then out[#out + 1] = ch end
+  end
+  return table.concat(out)
+end
+
 -- Lower-cases ASCII, turns punctuation into spaces, collapses spacing.
+-- Invalid UTF-8 bytes are dropped.
 function _M.normalize(s)
   if type(s) ~= "string" then
     error("bad argument #1 to 'normalize': string expected, got " .. type(s), 2)
   end
-  s = s:lower()
+  s = _M.sanitize(s):lower()
   -- ASCII punctuation and the common full-width / CJK punctuation marks
   s = s:gsub("[%p]", " ")
   for _, p in ipairs({ "，", "。", "？", "！", "～", "·", "…", "「", "」", "『", "』", "“", "”", "‘", "’", "ㆍ" }) do
