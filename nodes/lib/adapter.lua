@@ -87,11 +87,5 @@ function _M.num(v)
   return nil
 end
 
--- Wraps a value as a JSON array (arrays decoded by cjson are plain tables).
-function _M.list(v)
-  if type(v) ~= "table" then return {} end
-  return v
-end
-
 _M.null = cjson.null
 return _M
