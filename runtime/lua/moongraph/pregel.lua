@@ -486,7 +486,7 @@ local function plan_next(R, tasks, results, cmd)
     R.deferred = nil
   end
   if pulls[2] then table_sort(pulls) end
-  return _M.make_plan(R.step + 1, pulls, pushes)
+  return _M.make_plan(R.step + 1, pulls, pushes)   -- R.step: the step just done
 end
 
 -- tasks for step `step` from node names and Send packets
@@ -691,8 +691,8 @@ local function loop(R, plan, results, cmd, skip_before)
     local ok, values = pcall(apply_writes, R, plan, results, cmd)
     if not ok then return nil, values end
     R.values = values
-    local nextp = plan_next(R, plan, results, cmd)
     R.step = R.step + 1
+    local nextp = plan_next(R, plan, results, cmd)
     if R.saver then
       local ran = {}
       for i, t in ipairs(plan) do ran[i] = t.node end

@@ -3,8 +3,32 @@ moongraph.checkpoint.common — argument checks shared by the savers.
 ]]
 
 local type, error, tostring = type, error, tostring
+local table_concat = table.concat
+
+local json = require "moongraph.checkpoint.json"
 
 local _M = {}
+
+--[[ encode_writes(task_id, writes [, indent]) -> JSON array text | nil, err
+Each {channel, value} pair is encoded on its own so that an error names the
+channel and the task ("write to 'f' by task 3:a is a function, ..."). ]]
+function _M.encode_writes(task_id, writes, indent)
+  if type(writes) ~= "table" then
+    error("bad argument #3 to 'put_writes': list of {channel, value} expected, got " .. type(writes), 3)
+  end
+  local parts = {}
+  for i = 1, #writes do
+    local pair = writes[i]
+    if type(pair) ~= "table" or type(pair[1]) ~= "string" then
+      error("bad argument #3 to 'put_writes': write " .. i .. " is not a {channel, value} pair", 3)
+    end
+    local v, err = json.encode(pair[2], { name = "write to '" .. pair[1] .. "' by task " .. task_id })
+    if not v then return nil, err end
+    parts[i] = "[" .. json.encode(pair[1]) .. "," .. v .. "]"
+  end
+  local sep = indent and ",\n  " or ","
+  return "[" .. (indent and "\n  " or "") .. table_concat(parts, sep) .. (indent and "\n]" or "]")
+end
 
 function _M.check_cfg(cfg, fname)
   if type(cfg) ~= "table" then

@@ -16,7 +16,8 @@ leaves either the old file or the new one, never a torn one.
 Implements the saver interface described in docs/checkpoints.md.
 ]]
 
-local type, ipairs, error, tostring, setmetatable = type, ipairs, error, tostring, setmetatable
+local type, pairs, ipairs, pcall, error, tostring, tonumber, setmetatable =
+  type, pairs, ipairs, pcall, error, tostring, tonumber, setmetatable
 local string_format, string_gsub, string_byte, string_sub, string_find =
   string.format, string.gsub, string.byte, string.sub, string.find
 local table_sort = table.sort
@@ -110,9 +111,9 @@ function saver:put_writes(cfg, task_id, writes)
   if type(task_id) ~= "string" then
     error("bad argument #2 to 'put_writes': task id (string) expected, got " .. type(task_id), 2)
   end
-  local data, err = json.encode({ task_id = task_id, writes = writes },
-    { indent = true, name = "writes of task " .. task_id })
-  if not data then return nil, err end
+  local list, err = common.encode_writes(task_id, writes, true)
+  if not list then return nil, err end
+  local data = '{\n"task_id": ' .. json.encode(task_id) .. ',\n"writes": ' .. list .. "\n}\n"
   local d = ns_dir(self, cfg) .. "/" .. component(cfg.checkpoint_id) .. ".writes"
   local ok
   ok, err = write(self, d, component(task_id) .. ".json", data)
@@ -225,5 +226,4 @@ function saver:delete_thread(thread_id)
   return true
 end
 
-local _ = tostring
 return _M

@@ -67,7 +67,7 @@ function saver:put_writes(cfg, task_id, writes)
   if type(task_id) ~= "string" then
     error("bad argument #2 to 'put_writes': task id (string) expected, got " .. type(task_id), 2)
   end
-  local enc, err = json.encode(writes, { name = "writes of task " .. task_id })
+  local enc, err = common.encode_writes(task_id, writes)
   if not enc then return nil, err end
   local s = space(self, cfg, true)
   local w = s.writes[cfg.checkpoint_id]
