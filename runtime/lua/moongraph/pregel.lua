@@ -822,6 +822,12 @@ local function start(R, input, cfg, resume_cmd)
     R.last_id = latest
   end
   local forked = want_id ~= nil and latest ~= want_id
+  if not R.root and tup then
+    -- a subgraph namespace belongs to one task of its parent: what is saved
+    -- there is this same task's earlier, interrupted or crashed, attempt
+    input = nil
+    if not (tup.checkpoint.next and tup.checkpoint.next[1]) then resume_cmd = nil end
+  end
 
   local cmd = nil
   if is_command(input) then
