@@ -34,6 +34,7 @@ local function P()
 end
 
 function _M.new(spec)
+  spec.pool = {}
   spec.cache = {}
   for name in pairs(spec.nodes) do spec.cache[name] = {} end
   return setmetatable(spec, app_mt)
@@ -43,8 +44,12 @@ function _M.is_app(v)
   return getmetatable(v) == app_mt
 end
 
+-- the config of a call without one (read-only: nodes see it as ctx.config)
+local NO_CFG = setmetatable({}, { __newindex = function()
+  error("ctx.config is read-only here: no config table was passed to invoke", 2) end })
+
 local function check_cfg(cfg, fname)
-  if cfg == nil then return {} end
+  if cfg == nil then return NO_CFG end
   if type(cfg) ~= "table" then
     error("bad argument #2 to '" .. fname .. "': config table expected, got " .. type(cfg), 3)
   end
