@@ -87,15 +87,40 @@ local function saver_call(io, op, a, b, c)
   end
 end
 
+--[[ The async writer: issues the run's writes in order. A saver that sets
+`concurrent_writes = n` gets up to n writes in flight at once (the file
+saver's fsyncs then share journal commits); two writes to the same target
+(the same task's writes of one checkpoint) still complete in order. Order
+between different targets does not matter for recovery: a later checkpoint
+already holds the results of every pending write of the earlier ones. ]]
 local function writer_loop(io)
   local q = io.q
+  local limit = io.limit
+  local inflight, busy, done = 0, {}, nil
+  local function one(job)
+    saver_call(io, job.op, job.a, job.b, job.c)
+    busy[job.key] = nil
+    done:put(true)
+  end
   while true do
     local job = q:get()
     if job == nil then return end
     if job.flush then
+      while inflight > 0 do done:get(); inflight = inflight - 1 end
       job.flush:put(true)
     elseif not io.err then
-      saver_call(io, job.op, job.a, job.b, job.c)
+      if limit <= 1 then
+        saver_call(io, job.op, job.a, job.b, job.c)
+      else
+        done = done or runtime().queue()
+        while inflight >= limit or busy[job.key] do
+          done:get()
+          inflight = inflight - 1
+        end
+        busy[job.key] = true
+        inflight = inflight + 1
+        runtime().spawn(one, job)
+      end
     end
   end
 end
@@ -108,10 +133,14 @@ local function io_op(R, op, a, b, c)
     saver_call(io, op, a, b, c)
   elseif mode == "async" then
     if not io.q then
+      local n = io.saver.concurrent_writes
+      io.limit = type(n) == "number" and n >= 1 and n or 1
       io.q = runtime().queue()
       io.task = runtime().spawn(writer_loop, io)
     end
-    io.q:put { op = op, a = a, b = b, c = c }
+    -- the target: a checkpoint, or one task's writes for a checkpoint
+    local key = op == "put" and b.id or (a.checkpoint_ns .. "\0" .. a.checkpoint_id .. "\0" .. b)
+    io.q:put { op = op, a = a, b = b, c = c, key = key }
   else -- exit: remember the latest checkpoint of this namespace and its writes
     local ex = R.exit
     if op == "put" then
