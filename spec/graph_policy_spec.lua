@@ -78,6 +78,16 @@ describe("node policies", function()
     assert.equal(2, run(function() return g:compile():invoke({}).done end))
   end)
 
+  it("a timed-out node under fail_open is recorded and the run goes on", function()
+    local g = G.new()
+    g:add_node("weather", function() mg.sleep(5) end, { timeout = 0.01, policy = "fail_open" })
+    g:add_node("answer", function() return { answer = "without weather" } end)
+    g:add_edge(START, "weather"):add_edge("weather", "answer")
+    local out = run(function() return g:compile():invoke {} end)
+    assert.equal("without weather", out.answer)
+    assert.matches("node 'weather' timed out after 0.01 s", out.errors[1].error)
+  end)
+
   it("fail_close (default) aborts the run and cancels sibling tasks", function()
     local sibling_finished = false
     local g = G.new()

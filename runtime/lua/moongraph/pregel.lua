@@ -321,8 +321,20 @@ end
 -- running the tasks of one step
 
 local function worker(R, t, i, results, q)
-  results[i] = exec_run(R, t)
+  local ok, res = pcall(exec_run, R, t)
+  if not ok then
+    res = { status = "error", error = "task " .. task_label(t) .. " failed inside the engine: " .. tostring(res) }
+  end
+  results[i] = res
   q:put(i)
+end
+
+-- cancels the step's tasks still running when the runner stops early
+-- (fail_close, or the run itself cancelled: a stream left early, a timeout)
+local function cancel_rest(handles)
+  for _, h in pairs(handles) do
+    if not h:done() then h:cancel() end
+  end
 end
 
 -- results[i] preset for tasks finished earlier (from pending writes).
@@ -347,6 +359,7 @@ local function run_tasks(R, tasks, results)
   local r = runtime()
   local q = r.queue()
   local handles = {}
+  local guard <close> = setmetatable({}, { __close = function() cancel_rest(handles) end })
   for i = 1, n do
     if results[i] == nil then
       on_start(R, tasks[i])
@@ -364,9 +377,7 @@ local function run_tasks(R, tasks, results)
   end
   if fatal then
     -- fail_close: stop the siblings still running; keep what finished
-    for i, h in pairs(handles) do
-      if results[i] == nil then h:cancel() end
-    end
+    cancel_rest(handles)
     for i in pairs(handles) do
       if results[i] ~= nil and not done[i] then on_finish(R, tasks[i], results[i]) end
     end
