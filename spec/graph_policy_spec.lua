@@ -1,7 +1,7 @@
 local mg = require "moongraph"
 local G = require "moongraph.graph"
 local executor = require "moongraph.executor"
-local START, END = G.START, G.END
+local START = G.START
 local R = G.reducers
 
 local function run(fn) return mg.run(fn) end
@@ -188,5 +188,4 @@ describe("node policies", function()
     assert.equal(1, #out.errors)
   end)
 
-  local _ = END
 end)
