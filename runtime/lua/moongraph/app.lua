@@ -20,6 +20,7 @@ resumes interrupts and/or updates state and picks the next nodes.
 local type, pairs, ipairs, error, setmetatable, getmetatable, tostring, pcall, next =
   type, pairs, ipairs, error, setmetatable, getmetatable, tostring, pcall, next
 local table_sort = table.sort
+local coroutine_running = coroutine.running
 
 local control = require "moongraph.control"
 
@@ -60,7 +61,8 @@ end
 -- fresh mg.run (so plain scripts can call app:invoke at top level).
 local function in_task(fn, ...)
   local rt = P().runtime()
-  if rt.current() then return fn(...) end
+  local _, main = coroutine_running()
+  if not main and rt.current() then return fn(...) end
   return rt.run(fn, ...)
 end
 
@@ -117,7 +119,8 @@ function app:stream(input, cfg)
     end
   end
   local rt = P().runtime()
-  if not rt.current() then
+  local _, main = coroutine_running()
+  if main or not rt.current() then
     error("app:stream must be called inside a moongraph task (mg.run, mg.spawn or the CLI)", 2)
   end
   local q = rt.queue()
