@@ -360,9 +360,10 @@ local function run_tasks(R, tasks, results)
   local q = r.queue()
   local handles = {}
   local guard <close> = setmetatable({}, { __close = function() cancel_rest(handles) end })
+  local obs = R.obs
   for i = 1, n do
     if results[i] == nil then
-      on_start(R, tasks[i])
+      if obs then on_start(R, tasks[i]) end
       handles[i] = r.spawn(worker, R, tasks[i], i, results, q)
     end
   end
@@ -372,14 +373,16 @@ local function run_tasks(R, tasks, results)
     local i = q:get()
     done[i] = true
     local res = results[i]
-    on_finish(R, tasks[i], res)
+    if obs then on_finish(R, tasks[i], res) end
     if res.status == "error" then fatal = res.error break end
   end
   if fatal then
     -- fail_close: stop the siblings still running; keep what finished
     cancel_rest(handles)
-    for i in pairs(handles) do
-      if results[i] ~= nil and not done[i] then on_finish(R, tasks[i], results[i]) end
+    if obs then
+      for i in pairs(handles) do
+        if results[i] ~= nil and not done[i] then on_finish(R, tasks[i], results[i]) end
+      end
     end
   end
   return fatal
@@ -1092,6 +1095,7 @@ local function release(R)
   R.cfg, R.values, R.barriers, R.deferred = nil, nil, nil, nil
   if R.rbuf then R.rbuf[1] = nil end
   if R.ctx then R.ctx._t = nil end
+  if R.res then R.res.update = nil end
   if #pool < POOL_MAX then pool[#pool + 1] = R end
 end
 
