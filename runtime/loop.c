@@ -66,6 +66,7 @@ static struct {
   mg_task *current;
   int io_waiting;           /* waiters that an outside event can wake */
   int running;              /* inside run_until */
+  int in_uv_run;            /* inside uv_run: a wake must end its turn */
   mg_task *interrupt_target;
   volatile sig_atomic_t interrupted;
   uv_async_t interrupt_async;
@@ -184,6 +185,9 @@ void mg_wake(mg_waiter *w) {
   t->waiter = NULL;
   t->woken = w;
   enqueue(t);
+  /* Woken from a libuv callback (say, a timer): without this, the same
+  ** loop turn would go on to block in epoll while the task is ready. */
+  if (S.in_uv_run) uv_stop(S.loop);
 }
 
 /* ------------------------------------------------------------ deadlines */
@@ -723,6 +727,13 @@ static void handle_interrupt(lua_State *L) {
     cancel_task(L, S.interrupt_target);
 }
 
+/* One turn of the libuv loop; callbacks only mark tasks ready. */
+static void turn(uv_run_mode mode) {
+  S.in_uv_run = 1;
+  uv_run(S.loop, mode);
+  S.in_uv_run = 0;
+}
+
 /* Run until `until` is done (or, when NULL, until no task can make
 ** progress). Returns 0, or -1 when `until` can never finish (deadlock). */
 static int run_until(lua_State *L, mg_task *until) {
@@ -739,11 +750,11 @@ static int run_until(lua_State *L, mg_task *until) {
     handle_interrupt(L);
     if (until && until->state == T_DONE) return 0;
     if (S.ready_head) {
-      uv_run(S.loop, UV_RUN_NOWAIT);
+      turn(UV_RUN_NOWAIT);
       continue;
     }
     if (S.io_waiting == 0) return until ? -1 : 0;
-    uv_run(S.loop, UV_RUN_ONCE);
+    turn(UV_RUN_ONCE);
   }
 }
 
