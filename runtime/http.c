@@ -512,7 +512,7 @@ static void push_error(lua_State *L, xfer *x) {
   if (x->oom) { lua_pushliteral(L, "out of memory reading the response"); return; }
   switch (rc) {
     case CURLE_OPERATION_TIMEDOUT:
-      if (strstr(eb, "onnection timed out") || strstr(eb, "Connection time-out"))
+      if (strstr(eb, "onnect"))   /* still in the TCP/TLS handshake */
         lua_pushfstring(L, "timeout connecting to %s", xfer_host(x));
       else
         lua_pushfstring(L, "timeout (%s)", xfer_host(x));

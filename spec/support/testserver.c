@@ -7,11 +7,14 @@
 **   build/testserver [PORT] [--host ADDR] [--tls CERT KEY]
 **
 ** PORT 0 (the default) picks a free port. Once listening it prints one line,
-** "testserver listening on http(s)://ADDR:PORT pid PID", and flushes stdout.
+** "testserver listening on http(s)://ADDR:PORT pid PID stall SPORT", and
+** flushes stdout. SPORT is a port whose connections never complete.
 ** It exits on SIGTERM/SIGINT, and when its parent process goes away.
 **
 ** Endpoints
-**   /delay?ms=N[&bytes=B]    reply "ok\n" (or B bytes) after N ms
+**   /delay?ms=N[&bytes=B][&hold=K]
+**                            reply "ok\n" (or B bytes) after N ms (and after
+**                            K is released)
 **   /status?code=N           reply with that status
 **   /echo                    reply with the request as JSON
 **   /bytes?n=N[&chunk=C][&drip_ms=D][&hold=K]
@@ -29,13 +32,15 @@
 **   POST /__record  reply | [reply, ...]   same, times defaults to 0 (forever)
 **   GET  /__requests                       requests received (not /__*), oldest first
 **   POST /__release?key=K                  let held streams with key K go on
-**   GET  /__stats                          connection and request counters
+**   GET  /__stats[?key=K]                  connection and request counters,
+**                                          held = responses waiting for a release
+**                                          (of key K)
 **   POST /__reset                          forget scripts, requests, releases
 **
 ** A reply object: { path = "/v1/chat/completions", method, times, status,
 **   headers = {...}, retry_after, delay_ms, body = "raw" | json = <any>,
 **   content, chunks = {...}, tool_calls = [...], finish_reason, usage, model,
-**   fault = "reset"|"truncate"|"malformed"|"drip"|"oversize"|"hang",
+**   fault = "reset"|"close"|"truncate"|"malformed"|"drip"|"oversize"|"hang",
 **   drip_ms, oversize_bytes, hold, hold_after, sse_eol }
 ** Replies for a path are used in order; a reply with times = 0 stays.
 */
@@ -50,6 +55,10 @@
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -887,6 +896,8 @@ static void serve_raw(resp *r, const jval *rep, int keep_alive) {
 
   if (fault && !strcmp(fault, "reset")) {
     resp_step(r, ST_RESET)->delay_ms = delay;
+  } else if (fault && !strcmp(fault, "close")) {
+    resp_step(r, ST_CLOSE)->delay_ms = delay;
   } else if (fault && !strcmp(fault, "hang")) {
     resp_step(r, ST_HANG)->delay_ms = delay;
   } else if (fault && !strcmp(fault, "truncate")) {
@@ -1011,6 +1022,8 @@ static void serve_chat(resp *r, const request *rq, const jval *rep,
 
   if (fault && !strcmp(fault, "reset")) {
     resp_step(r, ST_RESET)->delay_ms = delay;
+  } else if (fault && !strcmp(fault, "close")) {
+    resp_step(r, ST_CLOSE)->delay_ms = delay;
   } else if (fault && !strcmp(fault, "hang")) {
     resp_step(r, ST_HANG)->delay_ms = delay;
   } else if (status != 200) {
@@ -1218,10 +1231,15 @@ static void serve_control(resp *r, const request *rq, int ka) {
     sb_puts(&b, "{\"released\":true}");
     resp_json(r, 200, &b, ka);
   } else if (!strcmp(rq->path, "/__stats")) {
+    long held = 0;
+    char *key = query_param(rq, "key");
+    for (conn *h = holders; h; h = h->next_holder)
+      if (!key || (h->steps && h->steps->hold && !strcmp(h->steps->hold, key))) held++;
+    free(key);
     sb_printf(&b, "{\"connections_total\":%ld,\"connections_open\":%ld,"
-                  "\"requests_total\":%ld,\"held\":%d}",
+                  "\"requests_total\":%ld,\"held\":%ld}",
               stats.connections_total, stats.connections_open,
-              stats.requests_total, holders != NULL);
+              stats.requests_total, held);
     resp_json(r, 200, &b, ka);
   } else if (!strcmp(rq->path, "/__reset")) {
     scripts_clear();
@@ -1261,16 +1279,20 @@ static void handle(conn *c, request *rq) {
     } else if (!strcmp(rq->path, "/delay")) {
       long ms = query_long(rq, "ms", 0);
       long bytes = query_long(rq, "bytes", -1);
+      char *hold = query_param(rq, "hold");
       if (ms < 0) ms = 0;
       if (bytes < 0) {
         resp_simple(&r, 200, "text/plain", "ok\n", 3, NULL, ka, (unsigned)ms);
+        if (hold) r.head->hold = hold, hold = NULL;
       } else {
         char *body = malloc((size_t)bytes + 1);
         memset(body, 'x', (size_t)bytes);
         resp_simple(&r, 200, "application/octet-stream", body, (size_t)bytes,
                     NULL, ka, (unsigned)ms);
+        if (hold) r.head->hold = hold, hold = NULL;
         free(body);
       }
+      free(hold);
     } else if (!strcmp(rq->path, "/status")) {
       int code = (int)query_long(rq, "code", 200);
       if (code < 100 || code > 599) code = 400;
@@ -1603,6 +1625,20 @@ int main(int argc, char **argv) {
                              ? ((struct sockaddr_in6 *)&bound)->sin6_port
                              : ((struct sockaddr_in *)&bound)->sin_port);
 
+  /* The stall port: listens with the smallest backlog and never accepts, so
+  ** once its queue is full new connections hang in the TCP handshake (for
+  ** connect-timeout specs). */
+  int stall_port = 0;
+  int stall = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t salen = sizeof sa;
+  if (stall >= 0 && bind(stall, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+      listen(stall, 0) == 0 && getsockname(stall, (struct sockaddr *)&sa, &salen) == 0)
+    stall_port = ntohs(sa.sin_port);
+
   uv_signal_t sigterm, sigint;
   uv_signal_init(loop, &sigterm);
   uv_signal_start(&sigterm, on_signal, SIGTERM);
@@ -1614,8 +1650,8 @@ int main(int argc, char **argv) {
   uv_timer_start(&watchdog, on_watchdog, 500, 500);
   uv_unref((uv_handle_t *)&watchdog);
 
-  printf("testserver listening on %s://%s:%d pid %d\n", tls_ctx ? "https" : "http",
-         host, bound_port, (int)getpid());
+  printf("testserver listening on %s://%s:%d pid %d stall %d\n",
+         tls_ctx ? "https" : "http", host, bound_port, (int)getpid(), stall_port);
   fflush(stdout);
   uv_run(loop, UV_RUN_DEFAULT);
   return 0;

@@ -4,6 +4,8 @@
 --   local srv = testserver.start()            -- or start{ tls = true }
 --   srv.url      "http://127.0.0.1:PORT"  (https://localhost:PORT with tls)
 --   srv.ca_file  the self-signed certificate (tls only)
+--   srv.stall_url  a port that never completes connections once its
+--                  one-slot queue is taken (connect timeouts)
 --   srv:stop()
 --
 -- The control helpers below talk to the server with moongraph.http, so they
@@ -63,7 +65,8 @@ function _M.start(opts)
   end
   local fh = assert(io.popen(table.concat(args, " "), "r"))
   local line = fh:read("l")
-  local scheme, port, pid = (line or ""):match("listening on (%a+)://[^:]+:(%d+) pid (%d+)")
+  local scheme, port, pid, stall =
+    (line or ""):match("listening on (%a+)://[^:]+:(%d+) pid (%d+) stall (%d+)")
   if not port then
     fh:close()
     error("testserver: did not start (said " .. tostring(line) .. ")", 2)
@@ -72,6 +75,7 @@ function _M.start(opts)
   return setmetatable({
     fh = fh, pid = tonumber(pid), port = tonumber(port),
     url = scheme .. "://" .. host .. ":" .. port,
+    stall_url = "http://127.0.0.1:" .. stall,
     ca_file = cert, cert_dir = dir,
   }, mt)
 end
@@ -129,8 +133,9 @@ function _M.release(self, key)
   return control(self, "POST", "/__release?key=" .. key, "")
 end
 
-function _M.stats(self)
-  return control(self, "GET", "/__stats")
+-- Counters; with a key, `held` counts only the responses waiting for it.
+function _M.stats(self, key)
+  return control(self, "GET", "/__stats" .. (key and "?key=" .. key or ""))
 end
 
 function _M.reset(self)
