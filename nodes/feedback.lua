@@ -29,7 +29,7 @@ local turn = require "nodes.lib.turn"
 local data = require "nodes.lib.data"
 
 local type, ipairs, tostring, tonumber, concat = type, ipairs, tostring, tonumber, table.concat
-local floor = math.floor
+local floor, lower = math.floor, string.lower
 
 local _M = {
   name = "feedback",
@@ -42,29 +42,81 @@ _M.dimensions = { "faithfulness", "groundedness", "context_relevance", "answer_r
 
 local function round(x) return floor(x * 1000 + 0.5) / 1000 end
 
-local function gram_set(text)
-  local set = {}
-  for _, g in ipairs(korean.bigrams(korean.compact(text))) do set[g] = true end
-  return set
+-- Characters that carry no meaning for matching: ASCII punctuation and
+-- spaces, and the common CJK / full-width marks (as code points).
+local SKIP = {}
+for _, p in ipairs({ "，", "。", "？", "！", "～", "·", "…", "「", "」", "『", "』", "“", "”",
+                     "‘", "’", "ㆍ", "■", "※", "—", "–", "→", "☎", "℃" }) do
+  SKIP[utf8.codepoint(p)] = true
 end
 
--- Pure: the claims of an answer (see above).
-function _M.claims(answer)
+local codes = utf8.codes
+
+-- The kept code points of a text: spaces and punctuation removed, ASCII
+-- lower-cased.
+local function kept_codes(text)
+  text = korean.sanitize(text)
+  local out, n = {}, 0
+  for _, c in codes(text) do
+    if c < 128 then
+      if c >= 65 and c <= 90 then c = c + 32 end
+      if (c >= 48 and c <= 57) or (c >= 97 and c <= 122) then n = n + 1; out[n] = c end
+    elseif not SKIP[c] then
+      n = n + 1
+      out[n] = c
+    end
+  end
+  return out, n
+end
+
+-- Character bigrams of a text (see kept_codes), each an integer key; adds
+-- them to `set` when given and returns them as a list.
+local function grams(text, set)
+  local cs, n = kept_codes(text)
+  local out = {}
+  for i = 2, n do
+    local g = cs[i - 1] * 0x110000 + cs[i]
+    out[i - 1] = g
+    if set then set[g] = true end
+  end
+  return out
+end
+_M.grams = grams
+
+local function split_sentences(line, out)
+  local from = 1
+  while true do
+    local a, b = line:find("[%.!?]+%s+", from)
+    if not a then break end
+    out[#out + 1] = line:sub(from, a)
+    from = b + 1
+  end
+  if from <= #line then out[#out + 1] = line:sub(from) end
+end
+
+-- The claims of an answer with their bigrams: { {text, grams}, ... }.
+local function claims_of(answer)
   local out = {}
   for line in (answer .. "\n"):gmatch("(.-)\n") do
     local l = line:gsub("^%s+", "")
     if l ~= "" and not l:find("^■") and not l:find("^%[") and not l:find("^※") then
       l = l:gsub("^[%-%*•]%s*", ""):gsub("^%d+[%.%)]%s*", "")
-      for s in (l .. " "):gmatch("(.-[%.!?])%s+") do out[#out + 1] = s end
-      local tail = l:match("[%.!?]%s+([^%.!?]+)$") or (not l:find("[%.!?]") and l) or nil
-      if tail and tail:find("%S") then out[#out + 1] = tail end
+      split_sentences(l, out)
     end
   end
   local kept = {}
-  for _, s in ipairs(out) do
-    if #korean.bigrams(korean.compact(s)) >= 3 then kept[#kept + 1] = s end
+  for _, c in ipairs(out) do
+    local gs = grams(c)
+    if #gs >= 3 then kept[#kept + 1] = { text = (c:gsub("%s+$", "")), grams = gs } end
   end
   return kept
+end
+
+-- Pure: the claims of an answer (see above).
+function _M.claims(answer)
+  local out = {}
+  for i, c in ipairs(claims_of(answer)) do out[i] = c.text end
+  return out
 end
 
 local function mentioned(text_compact, tok)
@@ -76,7 +128,7 @@ end
 
 local function relevance(tokens, text)
   if #tokens == 0 then return nil end
-  local c = korean.compact(text)
+  local c = lower(text):gsub("[%s%p]+", "")
   local n = 0
   for _, t in ipairs(tokens) do
     if mentioned(c, t) then n = n + 1 end
@@ -100,17 +152,18 @@ end
 -- Pure: heuristic scores of an answer to a question given the grounding
 -- text (contexts and notices).
 function _M.heuristic(question, grounding, answer)
-  local ctx_grams = gram_set(grounding)
-  local claims = _M.claims(answer)
+  local ctx_grams = {}
+  grams(grounding, ctx_grams)
+  local claims = claims_of(answer)
   local supported_claims, supported, total = 0, 0, 0
   for _, c in ipairs(claims) do
-    local grams = korean.bigrams(korean.compact(c))
+    local gs = c.grams
     local hit = 0
-    for _, g in ipairs(grams) do
-      if ctx_grams[g] then hit = hit + 1 end
+    for i = 1, #gs do
+      if ctx_grams[gs[i]] then hit = hit + 1 end
     end
-    supported, total = supported + hit, total + #grams
-    if hit / #grams >= _M.min_support then supported_claims = supported_claims + 1 end
+    supported, total = supported + hit, total + #gs
+    if hit / #gs >= _M.min_support then supported_claims = supported_claims + 1 end
   end
   local tokens = korean.content_tokens(question)
   local scores = {
