@@ -312,9 +312,10 @@ static void wake_joiners(mg_task *t) {
   }
 }
 
-/* Give a finished coroutine back to the pool (or to the collector). A
-** coroutine whose function returned has an empty call stack and can start
-** again as is; one that failed or was cancelled was reset already. */
+/* Give a coroutine whose function returned back to the pool: its call
+** stack is empty and it can start again as is. Failed and cancelled ones go
+** to the collector instead: Lua 5.4.4's lua_resetthread does not clear the
+** error-handler slot, so one stopped inside an xpcall is unsafe to reuse. */
 static void recycle(lua_State *L, lua_State *co) {
   if (lua_gethook(co)) lua_sethook(co, NULL, 0, 0);
   lua_settop(co, 0);
@@ -360,7 +361,7 @@ static void finish(lua_State *L, mg_task *t, task_result r, int n) {
   wake_joiners(t);
   luaL_unref(L, LUA_REGISTRYINDEX, t->self_ref);
   t->self_ref = LUA_NOREF;
-  recycle(L, co);
+  if (r == RES_OK) recycle(L, co);
 }
 
 /* Push a done task's error object (task at index i). */
