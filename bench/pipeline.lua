@@ -12,6 +12,13 @@
 --   throughput  CONCURRENCY runs in flight in one process for TOTAL runs
 --               (goal: >= 1,400 runs/s; the ideal is 50 / 30 ms = 1,667)
 --
+-- The same two measurements are then repeated on the same graph with every
+-- node replaced by a stand-in that makes the same upstream request (one GET
+-- for each routed branch) and returns a fixed result: the engine's own cost
+-- (supersteps, Send fan-out, reducers, HTTP) without the nodes' parsing,
+-- classification, answer, scoring and compression, to show where the time of
+-- a turn goes.
+--
 --   ./moongraph run bench/pipeline.lua [RUNS] [CONCURRENCY] [TOTAL] [DELAY_MS]
 package.path = "bench/?.lua;spec/support/?.lua;" .. package.path
 local mg = require "moongraph"
@@ -36,7 +43,13 @@ srv:record {
   { path = "/getVilageFcst", status = 200, body = fx.raw("kma_vilage_fcst.json"), delay_ms = DELAY_MS },
 }
 
-local app = chat.build()
+local function percentile(sorted, p)
+  local i = math.max(1, math.ceil(p / 100 * #sorted))
+  return sorted[i]
+end
+
+local input = chat.input(MESSAGE, { location = LOCATION })
+
 local function config()
   local cfg = fx.offline_ctx().config
   for _, s in ipairs({ "kakao", "collection_point", "kma" }) do
@@ -45,8 +58,50 @@ local function config()
   cfg.clock = function() return FORECAST_TIME end
   return cfg
 end
-local input = chat.input(MESSAGE, { location = LOCATION })
 
+-- latency (one at a time) and throughput (CONCURRENCY in flight) of one() runs
+local function measure(label, one)
+  for _ = 1, 20 do one() end
+  local times = {}
+  local cpu0 = os.clock()
+  for i = 1, RUNS do
+    local t = mg.now()
+    one()
+    times[i] = (mg.now() - t) * 1000
+  end
+  local cpu_seq = (os.clock() - cpu0) / RUNS * 1000
+  table.sort(times)
+  print(string.format("%s\n  latency over %d runs (upstreams answer in %d ms): p50 %.2f ms  p90 %.2f ms  p99 %.2f ms  max %.2f ms  (goal: p50 < %d ms)",
+    label, RUNS, DELAY_MS, percentile(times, 50), percentile(times, 90), percentile(times, 99), times[#times],
+    DELAY_MS + 2))
+  print(string.format("    over the %d ms upstream wait: p50 +%.2f ms; CPU per run %.2f ms",
+    DELAY_MS, percentile(times, 50) - DELAY_MS, cpu_seq))
+
+  local done, failures, next_run = 0, 0, 0
+  local function worker(total)
+    while next_run < total do
+      next_run = next_run + 1
+      local ok = pcall(one)
+      if ok then done = done + 1 else failures = failures + 1 end
+    end
+  end
+  local function round(total)
+    local ws = {}
+    for i = 1, CONCURRENCY do ws[i] = mg.spawn(worker, total) end
+    for i = 1, CONCURRENCY do ws[i]:join() end
+  end
+  round(CONCURRENCY * 3)      -- warm-up at full concurrency (connections)
+  done, failures, next_run = 0, 0, 0
+  local t0, c0 = mg.now(), os.clock()
+  round(TOTAL)
+  local wall = mg.now() - t0
+  local cpu = os.clock() - c0
+  print(string.format("  throughput, %d runs in flight, %d runs: %.0f runs/s (goal >= 1,400; ideal %.0f); %d failed; CPU %.0f%% of one core, %.2f ms per run",
+    CONCURRENCY, TOTAL, done / wall, CONCURRENCY / (DELAY_MS / 1000), failures, cpu / wall * 100, cpu / TOTAL * 1000))
+end
+
+-- the pipeline as `moongraph chat` runs it
+local app = chat.build()
 local function one()
   local s, err = app:invoke(input, config())
   if not s then error("run failed: " .. tostring(err), 0) end
@@ -58,60 +113,34 @@ local function one()
   end
   return s
 end
-
--- warm up: classifier training, data indexes, keep-alive connections
 local first = one()
 print(string.format("pipeline: %s -> nodes %s; answer %s, %d chars",
   MESSAGE, table.concat(first.nodes_run, ", "), first.answer_source, utf8.len(first.answer)))
-for _ = 1, 20 do one() end
+measure("the pipeline", one)
 
-local function percentile(sorted, p)
-  local i = math.max(1, math.ceil(p / 100 * #sorted))
-  return sorted[i]
+-- the engine floor: the same graph and routing, stand-in nodes
+local http = require "moongraph.http"
+local paths = { location = "/v2/local/search/keyword.json", collection_point = "/v1/collection-points",
+                weather = "/getVilageFcst" }
+local stand_in = {}
+local canned_intent = require("nodes.intent").run({ message = MESSAGE, user_location = LOCATION }, {})
+stand_in.intent = { name = "intent", policy = "fail_close", run = function() return canned_intent end }
+for _, n in ipairs(chat.branch_nodes) do
+  stand_in[n] = { name = n, policy = "fail_open", run = function()
+    local res = paths[n] and http.request { url = srv.url .. paths[n], timeout = 5 }
+    return { contexts = { [n] = { ok = res and res.status == 200 or false, text = n } } }
+  end }
 end
-
--- latency, one run at a time
-local times = {}
-local cpu0 = os.clock()
-for i = 1, RUNS do
-  local t = mg.now()
-  one()
-  times[i] = (mg.now() - t) * 1000
+for _, n in ipairs({ "answer", "feedback", "summarize" }) do
+  stand_in[n] = { name = n, policy = "fail_close", run = function() return { [n .. "_done"] = true } end }
 end
-local cpu_seq = (os.clock() - cpu0) / RUNS * 1000
-table.sort(times)
-print(string.format("latency over %d runs (upstreams answer in %d ms): p50 %.2f ms  p90 %.2f ms  p99 %.2f ms  max %.2f ms  (goal: p50 < %d ms)",
-  RUNS, DELAY_MS, percentile(times, 50), percentile(times, 90), percentile(times, 99), times[#times],
-  DELAY_MS + 2))
-print(string.format("  over the %d ms upstream wait: p50 +%.2f ms; CPU per run %.2f ms",
-  DELAY_MS, percentile(times, 50) - DELAY_MS, cpu_seq))
-
--- throughput, CONCURRENCY runs in flight
-local done, failures = 0, 0
-local next_run = 0
-local function worker()
-  while next_run < TOTAL do
-    next_run = next_run + 1
-    local ok = pcall(one)
-    if ok then done = done + 1 else failures = failures + 1 end
+local floor_app = chat.build { nodes = stand_in }
+measure("engine floor (same graph, stand-in nodes making the same three requests)", function()
+  local s, err = floor_app:invoke(input, {})
+  if not s then error(tostring(err), 0) end
+  if not (s.contexts.location.ok and s.contexts.weather.ok and s.contexts.collection_point.ok) then
+    error("stand-in run missed an upstream", 0)
   end
-end
-for _ = 1, 3 do
-  -- a short warm-up round at full concurrency (connections for 150 requests in flight)
-  next_run = TOTAL - CONCURRENCY * 2
-  local ws = {}
-  for i = 1, CONCURRENCY do ws[i] = mg.spawn(worker) end
-  for i = 1, CONCURRENCY do ws[i]:join() end
-end
-done, failures, next_run = 0, 0, 0
-local t0, c0 = mg.now(), os.clock()
-local ws = {}
-for i = 1, CONCURRENCY do ws[i] = mg.spawn(worker) end
-for i = 1, CONCURRENCY do ws[i]:join() end
-local wall = mg.now() - t0
-local cpu = os.clock() - c0
-local ideal = CONCURRENCY / (DELAY_MS / 1000)
-print(string.format("throughput, %d runs in flight, %d runs: %.0f runs/s (goal >= 1,400; ideal %.0f); %d failed; CPU %.0f%% of one core, %.2f ms per run",
-  CONCURRENCY, TOTAL, done / wall, ideal, failures, cpu / wall * 100, cpu / TOTAL * 1000))
+end)
 print(string.format("peak RSS %.1f MiB", rss.peak() / 1024))
 srv:stop()
