@@ -27,6 +27,15 @@ end
 
 return {
   main = function(args)
-    return require("scripts.eco.chat_command").run(args, { llm = llm_from_env(io.stderr) })
+    local found, command = pcall(require, "scripts.eco.chat_command")
+    if not found then
+      if tostring(command):find("module 'scripts.eco.chat_command' not found", 1, true) then
+        io.stderr:write("moongraph chat: the Eco² pipeline (scripts/eco/) is not on the module path; ",
+          "run from the repository root or set MOONGRAPH_PATH to it\n")
+        return 1
+      end
+      error(command, 0)
+    end
+    return command.run(args, { llm = llm_from_env(io.stderr) })
   end,
 }
