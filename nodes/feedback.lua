@@ -55,13 +55,10 @@ local codes = utf8.codes
 -- The kept code points of a text: spaces and punctuation removed, ASCII
 -- lower-cased.
 local function kept_codes(text)
-  text = korean.sanitize(text)
+  text = lower(korean.sanitize(text)):gsub("[%s%p]+", "")
   local out, n = {}, 0
   for _, c in codes(text) do
-    if c < 128 then
-      if c >= 65 and c <= 90 then c = c + 32 end
-      if (c >= 48 and c <= 57) or (c >= 97 and c <= 122) then n = n + 1; out[n] = c end
-    elseif not SKIP[c] then
+    if c < 128 or not SKIP[c] then
       n = n + 1
       out[n] = c
     end
