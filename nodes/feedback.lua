@@ -10,11 +10,13 @@
 -- schema for the four scores. Without one, or when the judge fails, a
 -- defined heuristic over Korean-aware text units:
 --
+--   text units    characters, with ASCII spaces and punctuation removed and
+--                 ASCII lower-cased; a bigram is two neighbouring units
 --   claims        the answer's sentences, without its headings ("■ ..."),
 --                 labels ("[...]") and notices ("※ ..."); a claim needs at
---                 least three character bigrams
---   support       share of a claim's character bigrams (spaces and
---                 punctuation removed) found in the contexts and notices
+--                 least three bigrams
+--   support       share of a claim's bigrams found in the contexts and
+--                 notices (a claim found there word for word: 1)
 --   faithfulness  share of claims with support >= 0.5
 --   groundedness  supported bigrams / all bigrams, over every claim
 --   context_relevance / answer_relevance
@@ -42,43 +44,32 @@ _M.dimensions = { "faithfulness", "groundedness", "context_relevance", "answer_r
 
 local function round(x) return floor(x * 1000 + 0.5) / 1000 end
 
--- Characters that carry no meaning for matching: ASCII punctuation and
--- spaces, and the common CJK / full-width marks (as code points).
-local SKIP = {}
-for _, p in ipairs({ "，", "。", "？", "！", "～", "·", "…", "「", "」", "『", "』", "“", "”",
-                     "‘", "’", "ㆍ", "■", "※", "—", "–", "→", "☎", "℃" }) do
-  SKIP[utf8.codepoint(p)] = true
+local codes, len = utf8.codes, utf8.len
+
+-- The text units of a text as one string (see above).
+local function squash(text)
+  return (lower(korean.sanitize(text)):gsub("[%s%p]+", ""))
 end
 
-local codes = utf8.codes
-
--- The kept code points of a text: spaces and punctuation removed, ASCII
--- lower-cased.
-local function kept_codes(text)
-  text = lower(korean.sanitize(text)):gsub("[%s%p]+", "")
-  local out, n = {}, 0
-  for _, c in codes(text) do
-    if c < 128 or not SKIP[c] then
+-- Bigrams of a squashed text, each an integer key; adds them to `set` when
+-- given and returns them as a list.
+local function grams_of(sq, set)
+  local out, n, prev = {}, 0, nil
+  for _, c in codes(sq) do
+    if prev then
+      local g = prev * 0x110000 + c
       n = n + 1
-      out[n] = c
+      out[n] = g
+      if set then set[g] = true end
     end
-  end
-  return out, n
-end
-
--- Character bigrams of a text (see kept_codes), each an integer key; adds
--- them to `set` when given and returns them as a list.
-local function grams(text, set)
-  local cs, n = kept_codes(text)
-  local out = {}
-  for i = 2, n do
-    local g = cs[i - 1] * 0x110000 + cs[i]
-    out[i - 1] = g
-    if set then set[g] = true end
+    prev = c
   end
   return out
 end
-_M.grams = grams
+
+function _M.grams(text, set)
+  return grams_of(squash(text), set)
+end
 
 local function split_sentences(line, out)
   local from = 1
@@ -91,7 +82,7 @@ local function split_sentences(line, out)
   if from <= #line then out[#out + 1] = line:sub(from) end
 end
 
--- The claims of an answer with their bigrams: { {text, grams}, ... }.
+-- The claims of an answer with their units: { {text, sq, n = units}, ... }.
 local function claims_of(answer)
   local out = {}
   for line in (answer .. "\n"):gmatch("(.-)\n") do
@@ -103,8 +94,9 @@ local function claims_of(answer)
   end
   local kept = {}
   for _, c in ipairs(out) do
-    local gs = grams(c)
-    if #gs >= 3 then kept[#kept + 1] = { text = (c:gsub("%s+$", "")), grams = gs } end
+    local sq = squash(c)
+    local n = len(sq)
+    if n >= 4 then kept[#kept + 1] = { text = (c:gsub("%s+$", "")), sq = sq, n = n } end
   end
   return kept
 end
@@ -149,18 +141,25 @@ end
 -- Pure: heuristic scores of an answer to a question given the grounding
 -- text (contexts and notices).
 function _M.heuristic(question, grounding, answer)
-  local ctx_grams = {}
-  grams(grounding, ctx_grams)
+  local gsq = squash(grounding)
+  local ctx_grams = nil     -- built when a claim is not in the grounding word for word
   local claims = claims_of(answer)
   local supported_claims, supported, total = 0, 0, 0
   for _, c in ipairs(claims) do
-    local gs = c.grams
-    local hit = 0
-    for i = 1, #gs do
-      if ctx_grams[gs[i]] then hit = hit + 1 end
+    local nb = c.n - 1
+    local hit
+    if gsq:find(c.sq, 1, true) then
+      hit = nb
+    else
+      if not ctx_grams then ctx_grams = {}; grams_of(gsq, ctx_grams) end
+      hit = 0
+      local gs = grams_of(c.sq)
+      for i = 1, #gs do
+        if ctx_grams[gs[i]] then hit = hit + 1 end
+      end
     end
-    supported, total = supported + hit, total + #gs
-    if hit / #gs >= _M.min_support then supported_claims = supported_claims + 1 end
+    supported, total = supported + hit, total + nb
+    if hit / nb >= _M.min_support then supported_claims = supported_claims + 1 end
   end
   local tokens = korean.content_tokens(question)
   local scores = {
