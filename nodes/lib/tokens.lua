@@ -12,25 +12,77 @@
 --   whitespace                                         free
 --
 -- and each chat message adds `per_message` tokens for its role framing.
-local ceil, type, error = math.ceil, type, error
+local utf8_codes, ceil, type = utf8.codes, math.ceil, type
+local byte, find = string.byte, string.find
 
 local _M = {
   per_message = 4,
 }
 
-local gsub, gmatch = string.gsub, string.gmatch
+local function is_letter(c)
+  return (c >= 65 and c <= 90) or (c >= 97 and c <= 122)
+end
 
--- Estimated tokens of a string. Counting is done with the string library's
--- matchers: a UTF-8 lead byte starts one non-ASCII character.
+local function is_digit(c)
+  return c >= 48 and c <= 57
+end
+
+-- Estimated tokens of a string.
 function _M.estimate(text)
   if type(text) ~= "string" then
     error("bad argument #1 to 'estimate': string expected, got " .. type(text), 2)
   end
-  local _, n = gsub(text, "[\192-\247]", "")
-  for w in gmatch(text, "[A-Za-z]+") do n = n + ceil(#w / 4) end
-  for d in gmatch(text, "[0-9]+") do n = n + ceil(#d / 3) end
-  local _, p = gsub(text, "[!-/:-@%[-`{-~]", "")
-  return n + p
+  if text == "" then return 0 end
+  local n, letters, digits = 0, 0, 0
+  local function flush()
+    if letters > 0 then n = n + ceil(letters / 4); letters = 0 end
+    if digits > 0 then n = n + ceil(digits / 3); digits = 0 end
+  end
+  if not find(text, "[\128-\255]") then
+    -- ASCII fast path
+    for i = 1, #text do
+      local c = byte(text, i)
+      if is_letter(c) then
+        if digits > 0 then flush() end
+        letters = letters + 1
+      elseif is_digit(c) then
+        if letters > 0 then flush() end
+        digits = digits + 1
+      else
+        flush()
+        if c > 32 and c ~= 127 then n = n + 1 end
+      end
+    end
+    flush()
+    return n
+  end
+  if not utf8.len(text) then
+    -- not valid UTF-8: count every byte above 127 as a character
+    for i = 1, #text do
+      local c = byte(text, i)
+      if c >= 128 then n = n + 1 elseif c > 32 then letters = letters + 1 end
+    end
+    return n + ceil(letters / 4)
+  end
+  for _, c in utf8_codes(text) do
+    if c < 128 then
+      if is_letter(c) then
+        if digits > 0 then flush() end
+        letters = letters + 1
+      elseif is_digit(c) then
+        if letters > 0 then flush() end
+        digits = digits + 1
+      else
+        flush()
+        if c > 32 and c ~= 127 then n = n + 1 end
+      end
+    else
+      flush()
+      n = n + 1
+    end
+  end
+  flush()
+  return n
 end
 
 -- Estimated tokens of a chat message ({role, content}) or a list of them.
