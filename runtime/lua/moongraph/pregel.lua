@@ -1054,7 +1054,10 @@ local function start(R, input, cfg, resume_cmd)
     local res = { status = "done" }
     err = executor.add_targets(R, res, cmd.to, nil, "Command.to")
     if err then return nil, err end
-    local pulls = res.route or {}
+    local pulls, seen = {}, {}
+    for _, name in ipairs(res.route or {}) do
+      if not seen[name] then seen[name] = true; pulls[#pulls + 1] = name end
+    end
     table_sort(pulls)
     plan = _M.make_plan(R.step + 1, pulls, res.sends, R.obs)
   else
@@ -1069,7 +1072,6 @@ local function start(R, input, cfg, resume_cmd)
   return loop(R, plan, nil, nil, false)
 end
 
---[[ run(app, input, cfg, sink) -> values | nil, err : the root of a run. ]]
 -- Run contexts of plain runs (no saver, stream or trace) are recycled per
 -- graph: a run costs no context table, ctx table or result buffer.
 local POOL_MAX = 8
@@ -1099,6 +1101,8 @@ local function release(R)
   if #pool < POOL_MAX then pool[#pool + 1] = R end
 end
 
+--[[ run(app, input, cfg, sink) -> values | nil, err : the root of a run.
+sink: nil, or the stream's {modes = {mode = true}, put = function(event)}. ]]
 function _M.run(app, input, cfg, sink)
   local trace = cfg.trace and require("moongraph.trace").new(cfg.trace, runtime().now) or nil
   if not (sink or trace or app.checkpointer) then
