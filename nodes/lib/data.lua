@@ -17,9 +17,12 @@ local function here()
          (path == "nodes/lib/data.lua" and ".") or nil
 end
 
+-- This file's place does not change while the process runs.
+local ROOT = here() or "."
+
 -- The repository root (the directory holding nodes/, data/ and prompts/).
 function _M.root()
-  return here() or "."
+  return ROOT
 end
 
 function _M.dir()

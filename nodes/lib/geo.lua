@@ -10,40 +10,70 @@ local function areas()
   return data.require("districts.json").areas
 end
 
-local function find_sido(s)
-  local best, best_pos, best_len
-  for _, a in ipairs(areas()) do
-    if not a.sigungu then
+-- The district table arranged for lookups, built once per loaded table:
+-- the 시·도 entries with every name they go by, and the 시·군·구 entries.
+local index_of = setmetatable({}, { __mode = "k" })
+
+local function index()
+  local list = areas()
+  local ix = index_of[list]
+  if ix then return ix end
+  ix = { sidos = {}, sigungus = {}, memo = {}, memo_n = 0 }
+  for _, a in ipairs(list) do
+    if a.sigungu then
+      ix.sigungus[#ix.sigungus + 1] = a
+    else
       local names = { a.sido }
       for _, al in ipairs(a.aliases or {}) do names[#names + 1] = al end
-      for _, n in ipairs(names) do
-        local pos = s:find(n, 1, true)
-        if pos and (not best or pos < best_pos or (pos == best_pos and #n > best_len)) then
-          best, best_pos, best_len = a, pos, #n
-        end
+      ix.sidos[#ix.sidos + 1] = { area = a, names = names }
+    end
+  end
+  index_of[list] = ix
+  return ix
+end
+
+local function find_sido(ix, s)
+  local best, best_pos, best_len
+  for _, e in ipairs(ix.sidos) do
+    for _, n in ipairs(e.names) do
+      local pos = s:find(n, 1, true)
+      if pos and (not best or pos < best_pos or (pos == best_pos and #n > best_len)) then
+        best, best_pos, best_len = e.area, pos, #n
       end
     end
   end
   return best
 end
 
+local function search(ix, s)
+  local sido = find_sido(ix, s)
+  local compact = s:gsub("%s+", "")
+  for _, a in ipairs(ix.sigungus) do
+    if (not sido or a.sido == sido.sido) and compact:find(a.sigungu, 1, true) then
+      return a
+    end
+  end
+  return sido
+end
+
 -- Address string -> area entry {sido, sigungu?, lat, lon} or nil.
 -- A 시·군·구 name inside the named 시·도 wins; a 시·군·구 alone picks the
 -- first listed match; a 시·도 alone gives its representative point.
+-- Answers are remembered per district table (every node of a turn, and
+-- every turn of a thread, asks about the same place); the memo is emptied
+-- when it grows past 256 addresses.
 function _M.lookup(s)
   if type(s) ~= "string" then
     error("bad argument #1 to 'lookup': string expected, got " .. type(s), 2)
   end
-  local sido = find_sido(s)
-  local compact = s:gsub("%s+", "")
-  for _, a in ipairs(areas()) do
-    if a.sigungu and (not sido or a.sido == sido.sido) then
-      if compact:find(a.sigungu, 1, true) then
-        return a
-      end
-    end
-  end
-  return sido
+  local ix = index()
+  local hit = ix.memo[s]
+  if hit ~= nil then return hit or nil end
+  local a = search(ix, s)
+  if ix.memo_n >= 256 then ix.memo, ix.memo_n = {}, 0 end
+  ix.memo[s] = a or false
+  ix.memo_n = ix.memo_n + 1
+  return a
 end
 
 local function num(v) return type(v) == "number" and v == v end
