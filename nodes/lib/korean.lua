@@ -89,8 +89,17 @@ function _M.normalize(s)
 end
 
 -- Removes all whitespace (spacing variants: "페트 병" == "페트병").
+-- Memoised like normalize (a node tests one question against many words).
+local cmemo, cmemo_n = {}, 0
+
 function _M.compact(s)
-  return (_M.normalize(s):gsub(" ", ""))
+  local r = cmemo[s]
+  if r then return r end
+  r = (_M.normalize(s):gsub(" ", ""))
+  if cmemo_n >= 512 then cmemo, cmemo_n = {}, 0 end
+  cmemo[s] = r
+  cmemo_n = cmemo_n + 1
+  return r
 end
 
 -- Strips one trailing particle or ending when at least one character remains.
