@@ -11,6 +11,7 @@ local kma_time = require "nodes.lib.kma_time"
 local tips = require "nodes.rules.weather_tips"
 
 local concat, os = table.concat, os
+local str = adapter.str
 
 local _M = {
   name = "weather",
@@ -19,6 +20,7 @@ local _M = {
   default_base_url = "https://apis.data.go.kr/1360000/VilageFcstInfoService_2.0",
   default_location = "서울특별시",
   rows = 300, -- 12 categories x 24 hours covers the rest of today from any issue
+  hourly_categories = 12, -- rows per forecast hour (TMN and TMX come once a day)
 }
 
 _M.sky_names = { ["1"] = "맑음", ["3"] = "구름많음", ["4"] = "흐림" }
@@ -49,9 +51,24 @@ function _M.build_request(cfg, params)
   }
 end
 
--- Pure: decoded KMA response -> list of {category, fcstDate, fcstTime, fcstValue}.
--- A non-"00" resultCode raises with the code and message KMA sent.
-function _M.parse_response(body)
+-- Pure: the rows to ask for so that the forecast of issue base_date/base_time
+-- reaches the end of the KST day of now_epoch: 12 per forecast hour from the
+-- hour after the issue (0000 for the previous day's 2300 issue) through
+-- 2300, plus TMN and TMX; one hour's rows when the day has no hour left (the
+-- 2300 issue: the summary then shows the first hour of tomorrow).
+-- KMA lists the items hour by hour, so these rows are the rest of today.
+function _M.rows_for(base_date, base_time, now_epoch)
+  local today = kma_time.slot(now_epoch)
+  local first = 0
+  if base_date >= today then first = tonumber(base_time:sub(1, 2)) + 1 end
+  local hours = 24 - first
+  if hours < 1 then hours = 1 end
+  return hours * _M.hourly_categories + 2
+end
+
+-- The items list of a decoded KMA response (checked: header, resultCode,
+-- response.body.items.item[]), as KMA sent them.
+local function items_of(body)
   local resp = type(body) == "table" and body.response
   local header = type(resp) == "table" and resp.header
   if type(header) ~= "table" then
@@ -65,6 +82,13 @@ function _M.parse_response(body)
   if type(items) ~= "table" then
     error("weather: KMA response has no response.body.items.item[]", 0)
   end
+  return items
+end
+
+-- Pure: decoded KMA response -> list of {category, fcstDate, fcstTime, fcstValue}.
+-- A non-"00" resultCode raises with the code and message KMA sent.
+function _M.parse_response(body)
+  local items = items_of(body)
   local out = {}
   for _, it in ipairs(items) do
     if type(it) == "table" and adapter.str(it.category) then
@@ -84,15 +108,44 @@ local function hour_label(t) return tonumber(t:sub(1, 2)) .. "시" end
 -- Pure: forecast items + the current time -> summary table:
 -- { slot = {date, time, TMP, SKY, PTY, POP}, today = {max_pop, min_tmp, max_tmp,
 --   rain_from, snow}, conditions = {rain=bool,...}, tips = {...} }.
+-- The items are parse_response's, or the item[] list of the decoded
+-- response itself (read the same way: items without a category are
+-- skipped, JSON null and non-strings are absent values, numbers strings).
 function _M.summarize_items(items, now_epoch)
   local today, now_slot = kma_time.slot(now_epoch)
   local now_key = today .. now_slot
   local by_slot, keys = {}, {}
-  for _, it in ipairs(items) do
-    local key = (it.fcstDate or "") .. (it.fcstTime or "")
-    if key >= now_key then
-      if not by_slot[key] then by_slot[key] = { date = it.fcstDate, time = it.fcstTime }; keys[#keys + 1] = key end
-      by_slot[key][it.category] = it.fcstValue
+  -- KMA lists the categories of one hour together: consecutive items of the
+  -- same date and time share the previous item's key and slot
+  local last_date, last_time, slot = {}, {}, nil
+  for i = 1, #items do
+    local it = items[i]
+    if type(it) == "table" then
+      local cat = it.category
+      if type(cat) == "string" or type(cat) == "number" then
+        local date, time = it.fcstDate, it.fcstTime
+        if type(date) ~= "string" then date = str(date) end
+        if type(time) ~= "string" then time = str(time) end
+        if date ~= last_date or time ~= last_time then
+          last_date, last_time = date, time
+          local key = (date or "") .. (time or "")
+          if key >= now_key then
+            slot = by_slot[key]
+            if not slot then
+              slot = { date = date, time = time }
+              by_slot[key] = slot
+              keys[#keys + 1] = key
+            end
+          else
+            slot = nil
+          end
+        end
+        if slot then
+          local v = it.fcstValue
+          if type(v) ~= "string" then v = str(v) end
+          slot[cat] = v
+        end
+      end
     end
   end
   table.sort(keys)
@@ -173,9 +226,9 @@ function _M.run(state, ctx)
   local nx, ny = grid.to_grid(point.lat, point.lon)
   local now = (ctx and ctx.clock and ctx.clock()) or os.time()
   local base_date, base_time = kma_time.base(now)
-  local req = _M.build_request(cfg, { nx = nx, ny = ny, base_date = base_date, base_time = base_time })
-  local items = _M.parse_response(adapter.fetch("weather", req))
-  local sum = _M.summarize_items(items, now)
+  local req = _M.build_request(cfg, { nx = nx, ny = ny, base_date = base_date, base_time = base_time,
+                                      rows = _M.rows_for(base_date, base_time, now) })
+  local sum = _M.summarize_items(items_of(adapter.fetch("weather", req)), now)
   local label = point.label .. (assumed and " (위치 정보가 없어 기본 위치 기준)" or "")
   return {
     contexts = {
