@@ -32,6 +32,7 @@ local data = require "nodes.lib.data"
 
 local type, ipairs, tostring, tonumber, concat = type, ipairs, tostring, tonumber, table.concat
 local floor, lower = math.floor, string.lower
+local find, sub = string.find, string.sub
 
 local _M = {
   name = "feedback",
@@ -71,21 +72,44 @@ function _M.grams(text, set)
   return grams_of(squash(text), set)
 end
 
+-- The first sentence mark (".", "!" or "?") at or after `from`, or nil.
+local function next_mark(line, from)
+  local a = find(line, ".", from, true)
+  local b = find(line, "!", from, true)
+  local c = find(line, "?", from, true)
+  if b and (not a or b < a) then a = b end
+  if c and (not a or c < a) then a = c end
+  return a
+end
+
+-- Sentences of a line: cut after a run of sentence marks followed by
+-- spaces (the pattern "[%.!?]+%s+"); marks inside a word ("1.5km") stay.
 local function split_sentences(line, out)
   local from = 1
+  local at = from
   while true do
-    local a, b = line:find("[%.!?]+%s+", from)
-    if not a then break end
-    out[#out + 1] = line:sub(from, a)
-    from = b + 1
+    local m = next_mark(line, at)
+    if not m then break end
+    local _, b = find(line, "^[%.!?]+%s+", m)
+    if b then
+      out[#out + 1] = sub(line, from, m)
+      from = b + 1
+      at = from
+    else
+      at = m + 1
+    end
   end
-  if from <= #line then out[#out + 1] = line:sub(from) end
+  if from <= #line then out[#out + 1] = sub(line, from) end
 end
 
 -- The claims of an answer with their units: { {text, sq, n = units}, ... }.
 local function claims_of(answer)
   local out = {}
-  for line in (answer .. "\n"):gmatch("(.-)\n") do
+  local pos, size = 1, #answer
+  while pos <= size + 1 do
+    local nl = find(answer, "\n", pos, true)
+    local line = sub(answer, pos, (nl or size + 1) - 1)
+    pos = (nl or size + 1) + 1
     local l = line:gsub("^%s+", "")
     if l ~= "" and not l:find("^■") and not l:find("^%[") and not l:find("^※") then
       l = l:gsub("^[%-%*•]%s*", ""):gsub("^%d+[%.%)]%s*", "")
@@ -93,7 +117,8 @@ local function claims_of(answer)
     end
   end
   local kept = {}
-  for _, c in ipairs(out) do
+  for i = 1, #out do
+    local c = out[i]
     local sq = squash(c)
     local n = len(sq)
     if n >= 4 then kept[#kept + 1] = { text = (c:gsub("%s+$", "")), sq = sq, n = n } end
@@ -115,9 +140,9 @@ local function mentioned(text_compact, tok)
   return false
 end
 
-local function relevance(tokens, text)
+-- c: the text lower-cased, without ASCII spaces and punctuation
+local function relevance(tokens, c)
   if #tokens == 0 then return nil end
-  local c = lower(text):gsub("[%s%p]+", "")
   local n = 0
   for _, t in ipairs(tokens) do
     if mentioned(c, t) then n = n + 1 end
@@ -142,6 +167,10 @@ end
 -- text (contexts and notices).
 function _M.heuristic(question, grounding, answer)
   local gsq = squash(grounding)
+  -- relevance reads the text as it is (invalid UTF-8 bytes included); for
+  -- valid UTF-8 that is the squashed text itself
+  local gsq_raw = gsq
+  if not len(grounding) then gsq_raw = (lower(grounding):gsub("[%s%p]+", "")) end
   local ctx_grams = nil     -- built when a claim is not in the grounding word for word
   local claims = claims_of(answer)
   local supported_claims, supported, total = 0, 0, 0
@@ -165,8 +194,8 @@ function _M.heuristic(question, grounding, answer)
   local scores = {
     faithfulness = #claims > 0 and supported_claims / #claims or nil,
     groundedness = total > 0 and supported / total or nil,
-    context_relevance = relevance(tokens, grounding),
-    answer_relevance = relevance(tokens, answer),
+    context_relevance = relevance(tokens, gsq_raw),
+    answer_relevance = #tokens > 0 and relevance(tokens, (lower(answer):gsub("[%s%p]+", ""))) or nil,
     claims = #claims,
   }
   return finish(scores, "heuristic")
