@@ -58,8 +58,11 @@ local function clamp01(x)
   return x
 end
 
+local POW10 = { [2] = 10 ^ 2, [4] = 10 ^ 4 }
+
 local function round(x, digits)
-  local m = 10 ^ (digits or 4)
+  digits = digits or 4
+  local m = POW10[digits] or 10 ^ digits
   return math.floor(x * m + 0.5) / m
 end
 
@@ -189,13 +192,17 @@ function _M.split(message, mi)
   end
   mi = mi or rules("multi_intent")
   local text = message
+  -- a mark is replaced only where it occurs (a plain find is cheaper than
+  -- a gsub that finds nothing)
   for _, m in ipairs(mi.sentence_marks or {}) do
-    text = gsub(text, m:gsub("%p", "%%%0"), " \1S ")
+    if find(text, m, 1, true) then text = gsub(text, m:gsub("%p", "%%%0"), " \1S ") end
   end
-  text = gsub(text, "%.(%s)", " \1S %1")
-  text = gsub(text, "%.$", " \1S ")
+  if find(text, ".", 1, true) then
+    text = gsub(text, "%.(%s)", " \1S %1")
+    text = gsub(text, "%.$", " \1S ")
+  end
   for _, m in ipairs(mi.list_marks or {}) do
-    text = gsub(text, m:gsub("%p", "%%%0"), " \1L ")
+    if find(text, m, 1, true) then text = gsub(text, m:gsub("%p", "%%%0"), " \1L ") end
   end
   local conj = set_of(mi.conjunction_words)
 
