@@ -32,7 +32,7 @@ local data = require "nodes.lib.data"
 
 local type, ipairs, tostring, tonumber, concat = type, ipairs, tostring, tonumber, table.concat
 local floor, lower = math.floor, string.lower
-local find, sub = string.find, string.sub
+local find, sub, gsub, byte = string.find, string.sub, string.gsub, string.byte
 
 local _M = {
   name = "feedback",
@@ -47,9 +47,25 @@ local function round(x) return floor(x * 1000 + 0.5) / 1000 end
 
 local codes, len = utf8.codes, utf8.len
 
+-- Deletes ASCII spaces and punctuation, like gsub("[%s%p]+", ""): each
+-- match keeps a run of non-ASCII bytes (most of a Korean text) and drops
+-- the spaces and punctuation after it, so the matcher steps over those runs
+-- instead of trying the class at every byte.
+local function strip(s)
+  return (gsub(s, "([\128-\255]*)[%s%p]*", "%1"))
+end
+
 -- The text units of a text as one string (see above).
 local function squash(text)
-  return (lower(korean.sanitize(text)):gsub("[%s%p]+", ""))
+  return strip(lower(korean.sanitize(text)))
+end
+
+-- s without trailing whitespace (the bytes %s matches).
+local SPACE = { [9] = true, [10] = true, [11] = true, [12] = true, [13] = true, [32] = true }
+local function trim_end(s)
+  local e = #s
+  while e > 0 and SPACE[byte(s, e)] do e = e - 1 end
+  return e == #s and s or sub(s, 1, e)
 end
 
 -- Bigrams of a squashed text, each an integer key; adds them to `set` when
@@ -121,7 +137,7 @@ local function claims_of(answer)
     local c = out[i]
     local sq = squash(c)
     local n = len(sq)
-    if n >= 4 then kept[#kept + 1] = { text = (c:gsub("%s+$", "")), sq = sq, n = n } end
+    if n >= 4 then kept[#kept + 1] = { text = trim_end(c), sq = sq, n = n } end
   end
   return kept
 end
@@ -140,12 +156,23 @@ local function mentioned(text_compact, tok)
   return false
 end
 
--- c: the text lower-cased, without ASCII spaces and punctuation
-local function relevance(tokens, c)
+-- Share of the tokens a text mentions, ignoring its spacing and
+-- punctuation. lowered: the text lower-cased; squashed: the same without
+-- ASCII spaces and punctuation, or nil to make it only when needed (a token
+-- found in the lowered text is there after squashing too: its variants
+-- hold no spaces or punctuation).
+local function relevance(tokens, lowered, squashed)
   if #tokens == 0 then return nil end
   local n = 0
   for _, t in ipairs(tokens) do
-    if mentioned(c, t) then n = n + 1 end
+    if squashed then
+      if mentioned(squashed, t) then n = n + 1 end
+    elseif mentioned(lowered, t) then
+      n = n + 1
+    else
+      squashed = strip(lowered)
+      if mentioned(squashed, t) then n = n + 1 end
+    end
   end
   return n / #tokens
 end
@@ -170,7 +197,7 @@ function _M.heuristic(question, grounding, answer)
   -- relevance reads the text as it is (invalid UTF-8 bytes included); for
   -- valid UTF-8 that is the squashed text itself
   local gsq_raw = gsq
-  if not len(grounding) then gsq_raw = (lower(grounding):gsub("[%s%p]+", "")) end
+  if not len(grounding) then gsq_raw = strip(lower(grounding)) end
   local ctx_grams = nil     -- built when a claim is not in the grounding word for word
   local claims = claims_of(answer)
   local supported_claims, supported, total = 0, 0, 0
@@ -194,8 +221,8 @@ function _M.heuristic(question, grounding, answer)
   local scores = {
     faithfulness = #claims > 0 and supported_claims / #claims or nil,
     groundedness = total > 0 and supported / total or nil,
-    context_relevance = relevance(tokens, gsq_raw),
-    answer_relevance = #tokens > 0 and relevance(tokens, (lower(answer):gsub("[%s%p]+", ""))) or nil,
+    context_relevance = relevance(tokens, nil, gsq_raw),
+    answer_relevance = relevance(tokens, lower(answer), nil),
     claims = #claims,
   }
   return finish(scores, "heuristic")
