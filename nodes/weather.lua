@@ -117,17 +117,21 @@ function _M.summarize_items(items, now_epoch)
   local by_slot, keys = {}, {}
   -- KMA lists the categories of one hour together: consecutive items of the
   -- same date and time share the previous item's key and slot
-  local last_date, last_time, slot = {}, {}, nil
+  local none = {}
+  local last_date, last_time, slot = none, none, nil
   for i = 1, #items do
     local it = items[i]
     if type(it) == "table" then
       local cat = it.category
-      if type(cat) == "string" or type(cat) == "number" then
-        local date, time = it.fcstDate, it.fcstTime
-        if type(date) ~= "string" then date = str(date) end
-        if type(time) ~= "string" then time = str(time) end
-        if date ~= last_date or time ~= last_time then
-          last_date, last_time = date, time
+      local tc = type(cat)
+      if tc == "string" or tc == "number" then
+        local rdate, rtime = it.fcstDate, it.fcstTime
+        if rdate ~= last_date or rtime ~= last_time then
+          -- (only strings are remembered: 1500 == 1500.0, yet they differ as text)
+          last_date, last_time = rdate, rtime
+          local date, time = rdate, rtime
+          if type(date) ~= "string" then date = str(date); last_date = none end
+          if type(time) ~= "string" then time = str(time); last_time = none end
           local key = (date or "") .. (time or "")
           if key >= now_key then
             slot = by_slot[key]
