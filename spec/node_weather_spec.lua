@@ -21,6 +21,23 @@ describe("weather node", function()
                       base_date = "20240615", base_time = "1400", nx = 61, ny = 126 }, req.query)
   end)
 
+  it("asks for the rows of the rest of today", function()
+    local function rows(h, mi)
+      local now = at(h, mi)
+      local d, t = kma_time.base(now)
+      return weather.rows_for(d, t, now)
+    end
+    assert.are.equal(9 * 12 + 2, rows(14, 30))   -- 1400 issue: 1500 .. 2300
+    assert.are.equal(21 * 12 + 2, rows(2, 30))   -- 0200 issue: 0300 .. 2300
+    assert.are.equal(24 * 12 + 2, rows(1, 0))    -- yesterday's 2300 issue: all of today
+    assert.are.equal(12 + 2, rows(23, 30))       -- 2300 issue: tomorrow's first hour
+    -- the rows asked for at 14:30 hold every slot the summary reads
+    local items = weather.parse_response(fx.load("kma_vilage_fcst.json"))
+    local first = {}
+    for i = 1, rows(14, 30) do first[i] = items[i] end
+    assert.are.same(weather.summarize_items(items, at(14, 30)), weather.summarize_items(first, at(14, 30)))
+  end)
+
   it("names a missing request parameter", function()
     assert.has_error(function() weather.build_request(online, { nx = 1, ny = 2, base_date = "20240615" }) end,
       "bad argument #2 to 'build_request': missing base_time")
