@@ -2,6 +2,7 @@
 -- particle and ending stripping, character bigrams and fuzzy similarity.
 -- Everything works on UTF-8 code points (a Hangul syllable is one character).
 local utf8 = utf8
+local ulen, find = utf8.len, string.find
 
 local _M = {}
 
@@ -194,10 +195,10 @@ end
 -- "의류수거함"); a one-character word as a whole token, particles stripped
 -- ("옷은" mentions "옷", "옷걸이" does not).
 function _M.mentions(question, word)
-  local w = _M.compact(word)
+  local w = cmemo[word] or _M.compact(word)
   if w == "" then return false end
-  if _M.len(w) >= 2 then
-    return _M.compact(question):find(w, 1, true) ~= nil
+  if (ulen(w) or #w) >= 2 then
+    return find(cmemo[question] or _M.compact(question), w, 1, true) ~= nil
   end
   for tok in _M.normalize(question):gmatch("%S+") do
     for _, v in ipairs(_M.variants(tok)) do
