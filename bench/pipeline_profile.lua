@@ -1,0 +1,81 @@
+-- The work of bench/pipeline.lua's runs without the waiting, for an
+-- instruction count: RUNS pipeline runs one after the other, the upstreams
+-- answering at once, nothing printed but one line at the end. Under
+-- callgrind the instructions of one run are the difference between two
+-- counts divided by the difference in runs (start-up, training the intent
+-- classifier and the test server's replies cancel out):
+--
+--   valgrind --tool=callgrind --callgrind-out-file=/dev/null ./moongraph run bench/pipeline_profile.lua 0
+--   valgrind --tool=callgrind --callgrind-out-file=/dev/null ./moongraph run bench/pipeline_profile.lua 50
+--   -> (Collected(50) - Collected(0)) / 50
+--
+-- Callgrind counts are repeatable on a busy machine where wall and CPU times
+-- are not. MODE "floor" runs bench/pipeline.lua's stand-in nodes instead
+-- (the engine and the three requests alone).
+--
+--   ./moongraph run bench/pipeline_profile.lua [RUNS] [pipeline|floor]
+package.path = "bench/?.lua;spec/support/?.lua;" .. package.path
+local testserver = require "testserver"
+local fx = require "node_fixtures"
+local chat = require "scripts.eco.chat"
+local http = require "moongraph.http"
+
+local RUNS = tonumber(arg and arg[1]) or 50
+local MODE = arg and arg[2] or "pipeline"
+local MESSAGE = "근처 재활용센터랑 폐건전지 수거함 알려줘"
+local LOCATION = "서울특별시 강남구"
+local FORECAST_TIME = 1718429400   -- 2024-06-15 14:30 KST, as in bench/pipeline.lua
+
+local srv = testserver.start()
+srv:record {
+  { path = "/v2/local/search/keyword.json", status = 200, body = fx.raw("kakao_keyword.json") },
+  { path = "/v1/collection-points", status = 200, body = fx.raw("collection_points.json") },
+  { path = "/getVilageFcst", status = 200, body = fx.raw("kma_vilage_fcst.json") },
+}
+
+local input = chat.input(MESSAGE, { location = LOCATION })
+
+local function config()
+  local cfg = fx.offline_ctx().config
+  for _, s in ipairs({ "kakao", "collection_point", "kma" }) do
+    cfg[s] = { base_url = srv.url, api_key = "bench", timeout = 5 }
+  end
+  cfg.clock = function() return FORECAST_TIME end
+  return cfg
+end
+
+local app
+if MODE == "floor" then
+  local paths = { location = "/v2/local/search/keyword.json", collection_point = "/v1/collection-points",
+                  weather = "/getVilageFcst" }
+  local nodes = {}
+  local canned_intent = require("nodes.intent").run({ message = MESSAGE, user_location = LOCATION }, {})
+  nodes.intent = { name = "intent", policy = "fail_close", run = function() return canned_intent end }
+  for _, n in ipairs(chat.branch_nodes) do
+    nodes[n] = { name = n, policy = "fail_open", run = function()
+      local res = paths[n] and http.request { url = srv.url .. paths[n], timeout = 5 }
+      return { contexts = { [n] = { ok = res and res.status == 200 or false, text = n } } }
+    end }
+  end
+  for _, n in ipairs({ "answer", "feedback", "summarize" }) do
+    nodes[n] = { name = n, policy = "fail_close", run = function() return { [n .. "_done"] = true } end }
+  end
+  app = chat.build { nodes = nodes }
+elseif MODE == "pipeline" then
+  app = chat.build()
+else
+  error("mode must be pipeline or floor, got " .. tostring(MODE), 0)
+end
+
+local function one()
+  local s, err = app:invoke(input, config())
+  if not s then error("run failed: " .. tostring(err), 0) end
+  for _, n in ipairs({ "location", "collection_point", "weather" }) do
+    if not (s.contexts[n] and s.contexts[n].ok) then error("run missed the upstream for " .. n, 0) end
+  end
+end
+
+one()   -- connections, lazily built indexes
+for _ = 1, RUNS do one() end
+srv:stop()
+print(string.format("%s: %d runs", MODE, RUNS))
