@@ -140,12 +140,26 @@ function _M.variants_of(tok)
   return out
 end
 
-local function is_stop(tok)
+local function stop_of(tok)
   if _M.stopwords[tok] then return true end
   for _, p in ipairs(_M.stop_prefixes) do
     if tok:sub(1, #p) == p then return true end
   end
   return false
+end
+
+-- Memoised like variants (a question's words are checked against every
+-- prefix on each call of content_tokens).
+local smemo, smemo_n = {}, 0
+
+local function is_stop(tok)
+  local r = smemo[tok]
+  if r ~= nil then return r end
+  r = stop_of(tok)
+  if smemo_n >= 512 then smemo, smemo_n = {}, 0 end
+  smemo[tok] = r
+  smemo_n = smemo_n + 1
+  return r
 end
 
 -- Content tokens of a question: normalised, stop words and verb forms
