@@ -80,4 +80,6 @@ int mg_open_store(lua_State *L);
 /* SIGINT while Lua runs: the REPL and CLI install this (see loop.c). */
 void mg_install_interrupt(lua_State *L);
 
+int luaopen_moongraph_core(lua_State *L);
+
 #endif

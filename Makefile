@@ -1,0 +1,82 @@
+# moongraph — build, test, bench, deps, demo.
+#
+#   make           the `moongraph` binary and lib/moongraph/core.so
+#   make test      installs missing Debian packages, builds, runs every spec
+#   make asan      the same specs against an ASan+UBSan build
+#   make bench     benchmarks (figures on stdout)
+#   make deps      Debian packages (idempotent; sudo when not root)
+#   make demo      deps + build + the main job
+
+PKGS     := lua5.4 libuv libcurl hiredis libpq
+CC       ?= cc
+OPT      ?= -O2 -g
+CFLAGS   += $(OPT) -std=gnu11 -Wall -Wextra -fPIC $(shell pkg-config --cflags $(PKGS))
+LDLIBS   := $(shell pkg-config --libs $(PKGS)) -lm
+EDIT_CFLAGS := $(shell pkg-config --cflags libedit)
+EDIT_LIBS   := $(shell pkg-config --libs libedit)
+
+BUILD    ?= build
+LIBDIR   ?= lib
+BIN      ?= moongraph
+
+APP_SRC  := runtime/main.c runtime/repl.c
+CORE_SRC := $(filter-out $(APP_SRC),$(wildcard runtime/*.c))
+CORE_OBJ := $(CORE_SRC:runtime/%.c=$(BUILD)/%.o)
+APP_OBJ  := $(APP_SRC:runtime/%.c=$(BUILD)/%.o) $(BUILD)/embedded.o
+LUA_SRC  := $(shell find runtime/lua -name '*.lua' | sort)
+HDRS     := $(wildcard runtime/*.h)
+
+.PHONY: all test asan bench bench-core deps demo clean
+all: $(BIN) $(LIBDIR)/moongraph/core.so
+
+$(BUILD)/%.o: runtime/%.c $(HDRS) | $(BUILD)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/repl.o: runtime/repl.c $(HDRS) | $(BUILD)
+	$(CC) $(CFLAGS) $(EDIT_CFLAGS) -c $< -o $@
+
+$(BUILD)/embedded.c: tools/embed.lua $(LUA_SRC) | $(BUILD)
+	lua5.4 tools/embed.lua $@ runtime/lua $(LUA_SRC)
+
+$(BUILD)/embedded.o: $(BUILD)/embedded.c
+	$(CC) $(CFLAGS) -w -c $< -o $@
+
+$(BIN): $(CORE_OBJ) $(APP_OBJ)
+	$(CC) $(CFLAGS) -rdynamic -o $@ $^ $(LDLIBS) $(EDIT_LIBS) $(LDFLAGS)
+
+$(LIBDIR)/moongraph/core.so: $(CORE_OBJ)
+	@mkdir -p $(LIBDIR)/moongraph
+	$(CC) $(CFLAGS) -shared -o $@ $^ $(filter-out -llua5.4,$(LDLIBS)) $(LDFLAGS)
+
+$(BUILD):
+	@mkdir -p $(BUILD)
+
+# Per-feature rules (test servers, fuzzers, benchmarks) live in mk/*.mk.
+-include $(wildcard mk/*.mk)
+
+test: deps all $(TEST_DEPS)
+	@tools/run-specs
+
+asan:
+	$(MAKE) BUILD=build-asan LIBDIR=build-asan/lib BIN=build-asan/moongraph \
+	  OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
+	  LDFLAGS="-fsanitize=address,undefined" all $(TEST_DEPS)
+	MOONGRAPH_BIN=build-asan/moongraph MOONGRAPH_LIBDIR=build-asan/lib \
+	  LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
+	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  tools/run-specs
+
+bench: all bench-core $(BENCH_DEPS)
+
+bench-core: all
+	./$(BIN) run bench/loop_spawn.lua
+	./$(BIN) run bench/loop_sleep.lua
+
+deps:
+	@tools/install-deps
+
+demo: deps all
+	./$(BIN) demo
+
+clean:
+	rm -rf $(BUILD) build-asan $(LIBDIR) $(BIN)

@@ -1,0 +1,36 @@
+/*
+** core.c — the `moongraph.core` Lua module.
+**
+** Gathers the runtime's sub-modules into one table: core.loop, core.sse,
+** core.http, core.redis, core.pg, core.store. Sub-modules are referenced
+** weakly, so a build that leaves one out still links; the Lua side reports
+** a missing one clearly when it is required.
+*/
+#include "mg.h"
+
+#pragma weak mg_open_sse
+#pragma weak mg_open_http
+#pragma weak mg_open_redis
+#pragma weak mg_open_pg
+#pragma weak mg_open_store
+
+int luaopen_moongraph_core(lua_State *L) {
+  const struct { const char *name; lua_CFunction open; } subs[] = {
+    {"loop", mg_open_loop},
+    {"sse", mg_open_sse},
+    {"http", mg_open_http},
+    {"redis", mg_open_redis},
+    {"pg", mg_open_pg},
+    {"store", mg_open_store},
+  };
+  lua_newtable(L);
+  for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+    if (!subs[i].open) continue;
+    lua_pushcfunction(L, subs[i].open);
+    lua_call(L, 0, 1);
+    lua_setfield(L, -2, subs[i].name);
+  }
+  lua_pushliteral(L, MG_VERSION);
+  lua_setfield(L, -2, "version");
+  return 1;
+}

@@ -1,0 +1,123 @@
+local cli = require "cli"
+
+describe("moongraph CLI", function()
+  it("prints its version", function()
+    local r = cli.run({ "--version" })
+    assert.equal(0, r.code)
+    assert.matches("^moongraph %d+%.%d+%.%d+", r.out)
+  end)
+
+  it("prints help on `help` and exits 0", function()
+    local r = cli.run({ "help" })
+    assert.equal(0, r.code)
+    assert.matches("usage: moongraph", r.out)
+  end)
+
+  it("exits 2 with the usage on an unknown command", function()
+    local r = cli.run({ "frobnicate" })
+    assert.equal(2, r.code)
+    assert.matches("unknown command 'frobnicate'", r.err)
+    assert.matches("usage: moongraph", r.err)
+  end)
+
+  it("exits 2 with the usage on a bad flag", function()
+    local r = cli.run({ "--frob" })
+    assert.equal(2, r.code)
+    assert.matches("unknown option '%-%-frob'", r.err)
+  end)
+
+  it("exits 2 when run has no file", function()
+    assert.equal(2, cli.run({ "run" }).code)
+  end)
+
+  it("runs a script with `arg` as in lua and the arguments as ...", function()
+    local p = cli.write_temp([[
+      local mg = require "moongraph"
+      local a, b = ...
+      mg.sleep(0.001)
+      print(arg[0] ~= nil, arg[1], arg[2], a, b, #arg)
+    ]])
+    local r = cli.run({ "run", p, "x", "y" })
+    os.remove(p)
+    assert.equal(0, r.code)
+    assert.equal("true\tx\ty\tx\ty\t2\n", r.out)
+  end)
+
+  it("waits for tasks the script spawned but did not join", function()
+    local p = cli.write_temp([[
+      local mg = require "moongraph"
+      mg.spawn(function() mg.sleep(0.01); print("background done") end)
+      print("main done")
+    ]])
+    local r = cli.run({ "run", p })
+    os.remove(p)
+    assert.equal(0, r.code)
+    assert.equal("main done\nbackground done\n", r.out)
+  end)
+
+  it("prints the traceback and exits 1 on a script error", function()
+    local p = cli.write_temp([[
+      local function inner() error("exploded") end
+      inner()
+    ]])
+    local r = cli.run({ "run", p })
+    os.remove(p)
+    assert.equal(1, r.code)
+    assert.matches("exploded", r.err)
+    assert.matches("stack traceback", r.err)
+    assert.matches("in.-inner", r.err)
+  end)
+
+  it("exits 1 on a syntax error or a missing file", function()
+    local p = cli.write_temp("local = 1")
+    assert.equal(1, cli.run({ "run", p }).code)
+    os.remove(p)
+    local r = cli.run({ "run", "/nonexistent/script.lua" })
+    assert.equal(1, r.code)
+    assert.matches("cannot open", r.err)
+  end)
+
+  it("-e runs a chunk inside a task", function()
+    local r = cli.run({ "-e", "local mg = require 'moongraph'; mg.sleep(0.001); print(1 + 1)" })
+    assert.equal(0, r.code)
+    assert.equal("2\n", r.out)
+  end)
+
+  it("reports an unjoined failed task on stderr", function()
+    local r = cli.run({ "-e", "require('moongraph').spawn(function() error('lost failure') end)" })
+    assert.matches("never joined", r.err)
+    assert.matches("lost failure", r.err)
+  end)
+
+  it("Ctrl-C stops a running script with status 130", function()
+    local r = cli.run({ "-e", [[
+      local mg = require "moongraph"
+      local pid = io.open("/proc/self/stat"):read("l"):match("^%d+")
+      mg.spawn(function() io.popen("kill -INT " .. pid):close() end)
+      mg.sleep(30)
+    ]] })
+    assert.equal(130, r.code)
+    assert.matches("interrupted", r.err)
+  end)
+
+  it("finds its Lua modules from any directory", function()
+    local bin = cli.bin:sub(1, 1) == "/" and cli.bin or (os.getenv("PWD") .. "/" .. cli.bin)
+    local h = io.popen("cd / && " .. cli.quote(bin) .. " -e 'print(require(\"moongraph\").now() > 0)' 2>&1")
+    local out = h:read("a")
+    h:close()
+    assert.equal("true\n", out)
+  end)
+
+  it("MOONGRAPH_PATH wins over the embedded modules", function()
+    local dir = os.tmpname()
+    os.remove(dir)
+    os.execute("mkdir -p " .. dir .. "/moongraph")
+    local f = io.open(dir .. "/moongraph/pretty.lua", "w")
+    f:write("return { format = function() return 'overridden' end }")
+    f:close()
+    local r = cli.run({ "-e", "print(require('moongraph.pretty').format(1))" },
+      { env = "MOONGRAPH_PATH=" .. dir })
+    os.execute("rm -rf " .. dir)
+    assert.equal("overridden\n", r.out)
+  end)
+end)
