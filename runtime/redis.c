@@ -52,6 +52,7 @@ struct rconn {
   double timeout;           /* per command, seconds; 0 = none */
   int drop_on_cancel;       /* a cancelled command closes the connection */
   char err[ERRLEN];         /* why the connection is gone */
+  char addr[128];           /* host:port or socket path, for messages */
   rop *connecting;          /* the connect operation, while it waits */
   /* pub/sub */
   rmsg *mhead, *mtail;
@@ -161,7 +162,10 @@ static void op_timed_out(uv_timer_t *t) {
     mg_wake(&op->w);
     return;
   }
-  snprintf(msg, sizeof msg, "redis: timeout after %gs", op->timeout);
+  if (op->kind == OP_CONNECT)
+    snprintf(msg, sizeof msg, "redis: cannot connect to %s: timeout after %gs",
+             c->addr, op->timeout);
+  else snprintf(msg, sizeof msg, "redis: timeout after %gs", op->timeout);
   op_fail(op, msg);
   mg_wake(&op->w);
   /* The reply may still come: a connection in an unknown state is closed
@@ -259,8 +263,8 @@ static void on_connect(const redisAsyncContext *ac, int status) {
   rconn *c = ac->data;
   if (!c) return;
   if (status != REDIS_OK) {
-    snprintf(c->err, ERRLEN, "redis: cannot connect: %s",
-             ac->errstr ? ac->errstr : "unknown error");
+    snprintf(c->err, ERRLEN, "redis: cannot connect to %s: %s", c->addr,
+             ac->errstr && ac->errstr[0] ? ac->errstr : "unknown error");
     c->ac = NULL;                            /* hiredis frees it next */
     wake_sub_waiters(c);
     return;
@@ -464,7 +468,12 @@ static void argv_collect(lua_State *L, argv_buf *a, int first, int n,
         else {
           lua_Number x = lua_tonumber(L, idx);
           if (isinf(x)) len = snprintf(b, 32, "%s", x > 0 ? "inf" : "-inf");
-          else len = snprintf(b, 32, "%.17g", (double)x);
+          else {
+            /* the shortest form that reads back as the same double */
+            int prec = 15;
+            do len = snprintf(b, 32, "%.*g", prec, (double)x);
+            while (strtod(b, NULL) != (double)x && ++prec <= 17);
+          }
         }
         a->argv[i] = b;
         a->lens[i] = (size_t)len;
@@ -520,6 +529,8 @@ static int l_connect(lua_State *L) {
   rconn *c = lua_newuserdatauv(L, sizeof *c, 0);
   memset(c, 0, sizeof *c);
   luaL_setmetatable(L, CONN_MT);
+  if (unix_socket) snprintf(c->addr, sizeof c->addr, "%s", host);
+  else snprintf(c->addr, sizeof c->addr, "%s:%d", host, (int)port);
 
   redisAsyncContext *ac = unix_socket ? redisAsyncConnectUnix(host)
                                       : redisAsyncConnect(host, (int)port);
@@ -530,9 +541,7 @@ static int l_connect(lua_State *L) {
   }
   if (ac->err) {
     lua_pushnil(L);
-    lua_pushfstring(L, "redis: cannot connect to %s%s%s: %s", host,
-                    unix_socket ? "" : ":", unix_socket ? "" : lua_tostring(L, 2),
-                    ac->errstr);
+    lua_pushfstring(L, "redis: cannot connect to %s: %s", c->addr, ac->errstr);
     redisAsyncFree(ac);
     return 2;
   }

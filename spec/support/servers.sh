@@ -134,6 +134,7 @@ redis_start_new() {
       echo "unixsocketperm 700"
       echo "dir $dir"
       echo "daemonize no"
+      echo "enable-debug-command local"
       echo 'logfile ""'
       echo 'save ""'
       if [ $persist = yes ]; then
