@@ -755,14 +755,17 @@ static int l_exec(lua_State *L) {
 static int l_ok(lua_State *L) {
   pgconn *pc = check_conn(L);
   int ok = pc->conn != NULL && pc->op == NULL;
-  if (ok) {
+  /* Twice: a server shutting down sends a FATAL message and then closes;
+  ** the first read takes the message, the second sees the end. */
+  for (int round = 0; ok && round < 2; round++) {
     if (!PQconsumeInput(pc->conn) || PQstatus(pc->conn) != CONNECTION_OK) ok = 0;
     else {
-      PQisBusy(pc->conn);                        /* parse what arrived */
       PGresult *r;
       while (!PQisBusy(pc->conn) && (r = PQgetResult(pc->conn)) != NULL) PQclear(r);
       ok = PQstatus(pc->conn) == CONNECTION_OK;
     }
+  }
+  if (pc->conn && pc->op == NULL) {
     if (!ok) {
       char msg[ERRLEN];
       snprintf(msg, sizeof msg, "pg: connection lost: %s", PQerrorMessage(pc->conn));
