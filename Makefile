@@ -16,7 +16,7 @@ EDIT_CFLAGS := $(shell pkg-config --cflags libedit)
 EDIT_LIBS   := $(shell pkg-config --libs libedit)
 
 BUILD    ?= build
-LIBDIR   ?= lib
+OUTLIB   ?= lib
 BIN      ?= moongraph
 
 APP_SRC  := runtime/main.c runtime/repl.c
@@ -26,8 +26,8 @@ APP_OBJ  := $(APP_SRC:runtime/%.c=$(BUILD)/%.o) $(BUILD)/embedded.o
 LUA_SRC  := $(shell find runtime/lua -name '*.lua' | sort)
 HDRS     := $(wildcard runtime/*.h)
 
-.PHONY: all test asan bench bench-core deps demo clean
-all: $(BIN) $(LIBDIR)/moongraph/core.so
+.PHONY: all test asan bench bench-core deps demo install clean
+all: $(BIN) $(OUTLIB)/moongraph/core.so
 
 $(BUILD)/%.o: runtime/%.c $(HDRS) | $(BUILD)
 	$(CC) $(CFLAGS) -c $< -o $@
@@ -44,8 +44,8 @@ $(BUILD)/embedded.o: $(BUILD)/embedded.c
 $(BIN): $(CORE_OBJ) $(APP_OBJ)
 	$(CC) $(CFLAGS) -rdynamic -o $@ $^ $(LDLIBS) $(EDIT_LIBS) $(LDFLAGS)
 
-$(LIBDIR)/moongraph/core.so: $(CORE_OBJ)
-	@mkdir -p $(LIBDIR)/moongraph
+$(OUTLIB)/moongraph/core.so: $(CORE_OBJ)
+	@mkdir -p $(OUTLIB)/moongraph
 	$(CC) $(CFLAGS) -shared -o $@ $^ $(filter-out -llua5.4,$(LDLIBS)) $(LDFLAGS)
 
 $(BUILD):
@@ -58,7 +58,7 @@ test: deps all $(TEST_DEPS)
 	@tools/run-specs
 
 asan:
-	$(MAKE) BUILD=build-asan LIBDIR=build-asan/lib BIN=build-asan/moongraph \
+	$(MAKE) BUILD=build-asan OUTLIB=build-asan/lib BIN=build-asan/moongraph \
 	  OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 	  LDFLAGS="-fsanitize=address,undefined" all $(TEST_DEPS)
 	MOONGRAPH_BIN=build-asan/moongraph MOONGRAPH_LIBDIR=build-asan/lib \
@@ -77,6 +77,14 @@ deps:
 
 demo: deps all
 	./$(BIN) demo
+
+# `luarocks make` calls this with LUADIR and LIBDIR of the rocks tree.
+LUADIR ?= /usr/local/share/lua/5.4
+LIBDIR ?= /usr/local/lib/lua/5.4
+install: $(OUTLIB)/moongraph/core.so
+	mkdir -p $(DESTDIR)$(LUADIR) $(DESTDIR)$(LIBDIR)/moongraph
+	cp -R runtime/lua/moongraph $(DESTDIR)$(LUADIR)/
+	cp $(OUTLIB)/moongraph/core.so $(DESTDIR)$(LIBDIR)/moongraph/core.so
 
 clean:
 	rm -rf $(BUILD) build-asan $(LIBDIR) $(BIN)

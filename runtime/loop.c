@@ -19,35 +19,44 @@
 #include <string.h>
 
 #define TASK_MT "moongraph.task"
+#define POOL_MAX 1024       /* finished coroutines kept for reuse */
+
+/* User values of a task's userdata. */
+enum { UV_CO = 1, UV_RESULT, UV_PARKED, UV_COUNT = UV_PARKED };
 
 typedef enum { T_READY, T_RUNNING, T_WAITING, T_DONE } task_state;
 typedef enum { RES_OK, RES_FAILED, RES_CANCELLED } task_result;
 
-typedef struct join_wait join_wait;
+typedef struct join_wait {
+  mg_waiter w;
+  mg_task *target;
+  struct join_wait *prev, *next;
+} join_wait;
 
 struct mg_task {
-  lua_State *co;
+  lua_State *co;            /* NULL once done (the coroutine is recycled) */
   int self_ref;             /* registry anchor while alive, LUA_NOREF after */
   task_state state;
   task_result result;
   int nargs;                /* values to pass on the next resume */
-  int nresults;             /* values left on co's stack when done */
+  int nresults;             /* results kept in UV_RESULT (a table if > 1) */
   int observed;             /* someone joined (or the failure was reported) */
+  int waiter_external;      /* the pending waiter is backed by I/O/timers */
+  int timed_out;            /* the deadline woke the last wait */
   mg_waiter *waiter;        /* pending while T_WAITING */
   mg_waiter *woken;         /* woken waiter whose continuation has not run */
-  int waiter_external;      /* the pending waiter is backed by I/O/timers */
   mg_task *next_ready;
   mg_task *prev_live, *next_live;
-  join_wait *joiners;
+  join_wait *joiners;       /* tasks waiting for this one */
+  /* the single wait a task can be in, embedded to avoid allocations */
+  join_wait join;
+  mg_waiter sleep_w, park_w;
+  /* deadline of the current wait (sleep, or a join/park timeout) */
+  uint64_t due_ns, due_seq;
+  size_t heap_idx;          /* 1-based position in the deadline heap; 0 = none */
 };
 
-struct join_wait {
-  mg_waiter w;
-  mg_task *target;
-  join_wait *prev, *next;
-  uv_timer_t *timer;        /* optional timeout */
-  int timed_out;
-};
+#define TASK_OF(ptr, field) ((mg_task *)((char *)(ptr) - offsetof(mg_task, field)))
 
 static struct {
   uv_loop_t *loop;
@@ -57,21 +66,33 @@ static struct {
   mg_task *current;
   int io_waiting;           /* waiters that an outside event can wake */
   int running;              /* inside run_until */
+  int in_uv_run;            /* inside uv_run: a wake must end its turn */
   mg_task *interrupt_target;
   volatile sig_atomic_t interrupted;
   uv_async_t interrupt_async;
   int interrupt_installed;
-  lua_State *hook_L;
+  int pool_ref, pool_n;     /* registry table of idle coroutines */
+  /* deadline heap: one libuv timer serves every sleep and timeout */
+  mg_task **heap;
+  size_t heap_n, heap_cap;
+  uint64_t due_counter;
+  uv_timer_t timer;
+  uint64_t timer_due;       /* when `timer` fires; 0 = not armed */
 } S;
 
 uv_loop_t *mg_loop(void) {
-  if (!S.loop) S.loop = uv_default_loop();
+  if (!S.loop) {
+    S.loop = uv_default_loop();
+    uv_timer_init(S.loop, &S.timer);
+  }
   return S.loop;
 }
 
+/* Only the task the scheduler resumed can wait; a coroutine created inside
+** it (coroutine.wrap) is not that task. */
 mg_task *mg_current(lua_State *L) {
-  mg_task *t = *(mg_task **)lua_getextraspace(L);
-  return t;
+  mg_task *t = S.current;
+  return t && t->co == L ? t : NULL;
 }
 
 /* ---------------------------------------------------------------- queue */
@@ -164,12 +185,123 @@ void mg_wake(mg_waiter *w) {
   t->waiter = NULL;
   t->woken = w;
   enqueue(t);
+  /* Woken from a libuv callback (say, a timer): without this, the same
+  ** loop turn would go on to block in epoll while the task is ready. */
+  if (S.in_uv_run) uv_stop(S.loop);
+}
+
+/* ------------------------------------------------------------ deadlines */
+
+static int due_before(const mg_task *a, const mg_task *b) {
+  return a->due_ns < b->due_ns || (a->due_ns == b->due_ns && a->due_seq < b->due_seq);
+}
+
+static void heap_set(size_t i, mg_task *t) {
+  S.heap[i] = t;
+  t->heap_idx = i + 1;
+}
+
+static void heap_up(size_t i) {
+  mg_task *t = S.heap[i];
+  while (i > 0) {
+    size_t parent = (i - 1) / 2;
+    if (!due_before(t, S.heap[parent])) break;
+    heap_set(i, S.heap[parent]);
+    i = parent;
+  }
+  heap_set(i, t);
+}
+
+static void heap_down(size_t i) {
+  mg_task *t = S.heap[i];
+  for (;;) {
+    size_t c = 2 * i + 1;
+    if (c >= S.heap_n) break;
+    if (c + 1 < S.heap_n && due_before(S.heap[c + 1], S.heap[c])) c++;
+    if (!due_before(S.heap[c], t)) break;
+    heap_set(i, S.heap[c]);
+    i = c;
+  }
+  heap_set(i, t);
+}
+
+static void timer_fired(uv_timer_t *h);
+
+/* Arm the loop timer for the earliest deadline (or stop it). */
+static void timer_sync(void) {
+  if (S.heap_n == 0) {
+    if (S.timer_due) { uv_timer_stop(&S.timer); S.timer_due = 0; }
+    return;
+  }
+  uint64_t due = S.heap[0]->due_ns;
+  if (S.timer_due == due) return;
+  uint64_t now = uv_hrtime();
+  uint64_t ms = due > now ? (due - now + 999999) / 1000000 : 0;
+  uv_update_time(S.loop);
+  uv_timer_start(&S.timer, timer_fired, ms, 0);
+  S.timer_due = due;
+}
+
+static int deadline_set(lua_State *L, mg_task *t, double sec) {
+  if (S.heap_n == S.heap_cap) {
+    size_t cap = S.heap_cap ? S.heap_cap * 2 : 256;
+    mg_task **h = (mg_task **)realloc(S.heap, cap * sizeof *h);
+    if (!h) return luaL_error(L, "out of memory");
+    S.heap = h;
+    S.heap_cap = cap;
+  }
+  t->due_ns = uv_hrtime() + (uint64_t)(sec * 1e9);
+  t->due_seq = ++S.due_counter;
+  S.heap[S.heap_n++] = t;
+  heap_up(S.heap_n - 1);
+  if (S.heap[0] == t) timer_sync();
+  return 0;
+}
+
+static void deadline_clear(mg_task *t) {
+  if (!t->heap_idx) return;
+  size_t i = t->heap_idx - 1;
+  t->heap_idx = 0;
+  mg_task *last = S.heap[--S.heap_n];
+  if (last != t) {
+    S.heap[i] = last;
+    last->heap_idx = i + 1;
+    if (i > 0 && due_before(last, S.heap[(i - 1) / 2])) heap_up(i);
+    else heap_down(i);
+  }
+  if (i == 0) timer_sync();
+}
+
+/* Wake every task whose deadline has passed, earliest (then oldest) first. */
+static void timer_fired(uv_timer_t *h) {
+  (void)h;
+  S.timer_due = 0;
+  uint64_t now = uv_hrtime();
+  while (S.heap_n && S.heap[0]->due_ns <= now) {
+    mg_task *t = S.heap[0];
+    t->heap_idx = 0;
+    mg_task *last = S.heap[--S.heap_n];
+    if (S.heap_n) { S.heap[0] = last; heap_down(0); }
+    t->timed_out = 1;
+    if (t->waiter) mg_wake(t->waiter);
+  }
+  timer_sync();
 }
 
 /* ---------------------------------------------------------------- tasks */
 
+static int task_mt_ref = LUA_NOREF;
+static const void *task_mt;     /* identity of the metatable, for fast checks */
+
 static mg_task *check_task(lua_State *L, int i) {
-  return (mg_task *)luaL_checkudata(L, i, TASK_MT);
+  void *p = lua_touserdata(L, i);
+  if (p && lua_getmetatable(L, i)) {
+    const void *mt = lua_topointer(L, -1);
+    lua_pop(L, 1);
+    if (mt == task_mt) return (mg_task *)p;
+  }
+  luaL_typeerror(L, i, "task");
+  return NULL;
 }
 
 static void wake_joiners(mg_task *t) {
@@ -184,26 +316,72 @@ static void wake_joiners(mg_task *t) {
   }
 }
 
-/* Called with the task's final values (or its error) on top of t->co. */
-static void finish(lua_State *L, mg_task *t, task_result r, int nvalues) {
+/* Give a coroutine whose function returned back to the pool: its call
+** stack is empty and it can start again as is. Failed and cancelled ones go
+** to the collector instead: Lua 5.4.4's lua_resetthread does not clear the
+** error-handler slot, so one stopped inside an xpcall is unsafe to reuse. */
+static void recycle(lua_State *L, lua_State *co) {
+  if (lua_gethook(co)) lua_sethook(co, NULL, 0, 0);
+  lua_settop(co, 0);
+  if (S.pool_n >= POOL_MAX) return;
+  if (!S.pool_ref) {
+    lua_newtable(L);
+    S.pool_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  }
+  lua_rawgeti(L, LUA_REGISTRYINDEX, S.pool_ref);
+  lua_pushthread(co);
+  lua_xmove(co, L, 1);
+  lua_rawseti(L, -2, ++S.pool_n);
+  lua_pop(L, 1);
+}
+
+/* Finish t with the n values on top of t->co as its result (the error
+** object when failed or cancelled). The values move into the task's
+** userdata (one value as is, several in a table) so the coroutine can be
+** reused at once. */
+static void finish(lua_State *L, mg_task *t, task_result r, int n) {
+  lua_State *co = t->co;
+  if (n > 0) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, t->self_ref);
+    if (n == 1) {
+      lua_xmove(co, L, 1);
+    } else {
+      lua_createtable(L, n, 0);
+      for (int i = n; i >= 1; i--) {
+        lua_xmove(co, L, 1);
+        lua_rawseti(L, -2, i);
+      }
+    }
+    lua_setiuservalue(L, -2, UV_RESULT);
+    lua_pop(L, 1);
+  }
   t->state = T_DONE;
   t->result = r;
-  t->nresults = nvalues;
+  t->nresults = n;
+  t->co = NULL;
   live_remove(t);
-  if (r == RES_FAILED && !t->joiners) t->observed = 0;
-  else if (t->joiners) t->observed = 1;
+  deadline_clear(t);
+  t->observed = (r != RES_FAILED) || t->joiners != NULL;
   wake_joiners(t);
   luaL_unref(L, LUA_REGISTRYINDEX, t->self_ref);
   t->self_ref = LUA_NOREF;
+  if (r == RES_OK) recycle(L, co);
 }
 
-static void report_unobserved(mg_task *t) {
+/* Push a done task's error object (task at index i). */
+static void push_error(lua_State *L, int i) {
+  lua_getiuservalue(L, i, UV_RESULT);
+}
+
+static void report_unobserved(lua_State *L, mg_task *t, int i) {
   if (t->state != T_DONE || t->result != RES_FAILED || t->observed) return;
   t->observed = 1;
-  const char *msg = lua_tostring(t->co, -1);
+  push_error(L, i);
+  const char *msg = lua_tostring(L, -1);
   fprintf(stderr, "moongraph: a task failed and was never joined:\n%s\n",
           msg ? msg : "(error object is not a string)");
   fflush(stderr);
+  lua_pop(L, 1);
 }
 
 /* Stop t wherever it is: runs the pending operation's cleanup, closes the
@@ -228,7 +406,6 @@ static void cancel_task(lua_State *L, mg_task *t) {
   lua_resetthread(t->co);
   lua_settop(t->co, 0);
   lua_pushliteral(t->co, "cancelled");
-  t->observed = 1;
   finish(L, t, RES_CANCELLED, 1);
 }
 
@@ -267,16 +444,27 @@ static void step(lua_State *L, mg_task *t) {
   finish(L, t, RES_FAILED, 1);
 }
 
+static lua_State *new_coroutine(lua_State *L) {
+  if (S.pool_n > 0) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, S.pool_ref);
+    lua_rawgeti(L, -1, S.pool_n);
+    lua_pushnil(L);
+    lua_rawseti(L, -3, S.pool_n--);
+    lua_remove(L, -2);
+    return lua_tothread(L, -1);
+  }
+  return lua_newthread(L);
+}
+
 /* Create a task running the function at stack index fi with the n values
 ** above it as arguments (all are consumed). Leaves the task on the stack. */
 static mg_task *spawn(lua_State *L, int fi, int n) {
-  luaL_checktype(L, fi, LUA_TFUNCTION);
-  mg_task *t = (mg_task *)lua_newuserdatauv(L, sizeof *t, 1);
+  mg_task *t = (mg_task *)lua_newuserdatauv(L, sizeof *t, UV_COUNT);
   memset(t, 0, sizeof *t);
-  luaL_setmetatable(L, TASK_MT);
-  t->co = lua_newthread(L);
-  *(mg_task **)lua_getextraspace(t->co) = t;
-  lua_setiuservalue(L, -2, 1);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, task_mt_ref);
+  lua_setmetatable(L, -2);
+  t->co = new_coroutine(L);
+  lua_setiuservalue(L, -2, UV_CO);
   lua_pushvalue(L, -1);
   t->self_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   lua_rotate(L, fi, 1);         /* task below the function */
@@ -289,101 +477,80 @@ static mg_task *spawn(lua_State *L, int fi, int n) {
 }
 
 static int l_spawn(lua_State *L) {
-  int n = lua_gettop(L);
   luaL_checktype(L, 1, LUA_TFUNCTION);
   mg_loop();
-  spawn(L, 1, n - 1);
+  spawn(L, 1, lua_gettop(L) - 1);
   return 1;
 }
 
-static int push_results(lua_State *L, mg_task *t) {
-  int n = t->nresults;
+/* Push `true, results...` or `false, err` for the done task at index i. */
+static int push_results(lua_State *L, mg_task *t, int i) {
   t->observed = 1;
-  if (t->result == RES_OK) {
-    luaL_checkstack(L, n + 1, "too many results");
-    lua_pushboolean(L, 1);
-    int base = lua_gettop(t->co) - n;
-    for (int i = 1; i <= n; i++) lua_pushvalue(t->co, base + i);
-    lua_xmove(t->co, L, n);
-    return n + 1;
+  if (t->result != RES_OK) {
+    lua_pushboolean(L, 0);
+    push_error(L, i);
+    return 2;
   }
-  lua_pushboolean(L, 0);
-  lua_pushvalue(t->co, -1);
-  lua_xmove(t->co, L, 1);
-  return 2;
-}
-
-static void join_timer_closed(uv_handle_t *h) { free(h); }
-
-static void join_free(join_wait *j) {
-  if (j->timer) {
-    uv_timer_stop(j->timer);
-    uv_close((uv_handle_t *)j->timer, join_timer_closed);
-    j->timer = NULL;
+  int n = t->nresults;
+  luaL_checkstack(L, n + 1, "too many results");
+  lua_pushboolean(L, 1);
+  if (n == 1) {
+    lua_getiuservalue(L, i, UV_RESULT);
+  } else if (n > 1) {
+    lua_getiuservalue(L, i, UV_RESULT);
+    int tbl = lua_gettop(L);
+    for (int k = 1; k <= n; k++) lua_rawgeti(L, tbl, k);
+    lua_remove(L, tbl);
   }
-  free(j);
-}
-
-static void join_unlink(join_wait *j) {
-  mg_task *t = j->target;
-  if (!t) return;
-  if (j->prev) j->prev->next = j->next;
-  else t->joiners = j->next;
-  if (j->next) j->next->prev = j->prev;
-  j->prev = j->next = NULL;
-  j->target = NULL;
+  return n + 1;
 }
 
 static void join_cancel(mg_waiter *w) {
   join_wait *j = (join_wait *)w;
-  join_unlink(j);
-  join_free(j);
-}
-
-static void join_timeout(uv_timer_t *h) {
-  join_wait *j = (join_wait *)h->data;
-  j->timed_out = 1;
-  join_unlink(j);
-  mg_wake(&j->w);
+  mg_task *self = TASK_OF(j, join);
+  mg_task *t = j->target;
+  if (t) {
+    if (j->prev) j->prev->next = j->next;
+    else t->joiners = j->next;
+    if (j->next) j->next->prev = j->prev;
+    j->prev = j->next = NULL;
+    j->target = NULL;
+  }
+  deadline_clear(self);
 }
 
 static int join_k(lua_State *L, int status, lua_KContext ctx) {
-  (void)status;
-  join_wait *j = (join_wait *)ctx;
+  (void)status; (void)ctx;
   mg_task *t = check_task(L, 1);
-  int timed_out = j->timed_out && t->state != T_DONE;
-  join_free(j);
-  if (timed_out) {
+  mg_task *self = mg_current(L);
+  if (t->state != T_DONE) {       /* woken by the deadline */
+    join_cancel(&self->join.w);
     lua_pushboolean(L, 0);
     lua_pushliteral(L, "timeout");
     return 2;
   }
-  return push_results(L, t);
+  deadline_clear(self);
+  return push_results(L, t, 1);
 }
 
 static int l_task_join(lua_State *L) {
   mg_task *t = check_task(L, 1);
   double timeout = luaL_optnumber(L, 2, -1);
-  if (t->state == T_DONE) return push_results(L, t);
+  if (t->state == T_DONE) return push_results(L, t, 1);
   mg_task *self = mg_current(L);
   if (self == t) return luaL_error(L, "task:join(): a task cannot join itself");
   mg_check_yieldable(L, "task:join");
-  join_wait *j = (join_wait *)calloc(1, sizeof *j);
-  if (!j) return luaL_error(L, "out of memory");
+  join_wait *j = &self->join;
   j->target = t;
+  j->prev = NULL;
   j->next = t->joiners;
   if (t->joiners) t->joiners->prev = j;
   t->joiners = j;
-  if (timeout >= 0) {
-    j->timer = (uv_timer_t *)malloc(sizeof *j->timer);
-    uv_timer_init(mg_loop(), j->timer);
-    j->timer->data = j;
-    uv_timer_start(j->timer, join_timeout, (uint64_t)(timeout * 1000 + 0.5), 0);
-  }
-  /* A join can only be woken from outside when it has a timer, or when the
-  ** target itself is waiting on I/O; the deadlock check counts timers. */
-  return await_(L, &j->w, join_cancel, join_k, (lua_KContext)j,
-                j->timer != NULL);
+  self->timed_out = 0;
+  if (timeout >= 0) deadline_set(L, self, timeout);
+  /* Without a deadline, only another task can end this wait, so it does
+  ** not count as pending I/O for the deadlock check. */
+  return await_(L, &j->w, join_cancel, join_k, 0, timeout >= 0);
 }
 
 static int l_task_cancel(lua_State *L) {
@@ -421,35 +588,17 @@ static int l_task_tostring(lua_State *L) {
 
 static int l_task_gc(lua_State *L) {
   mg_task *t = (mg_task *)lua_touserdata(L, 1);
-  if (t->state == T_DONE) report_unobserved(t);
+  report_unobserved(L, t, 1);
   return 0;
 }
 
 /* ---------------------------------------------------------------- sleep */
 
-typedef struct {
-  mg_waiter w;
-  uv_timer_t timer;
-} sleep_op;
-
-static void sleep_closed(uv_handle_t *h) { free(h->data); }
-
-static void sleep_fired(uv_timer_t *h) { mg_wake(&((sleep_op *)h->data)->w); }
-
 static void sleep_cancel(mg_waiter *w) {
-  sleep_op *op = (sleep_op *)w;
-  uv_timer_stop(&op->timer);
-  uv_close((uv_handle_t *)&op->timer, sleep_closed);
+  deadline_clear(TASK_OF(w, sleep_w));
 }
 
-static int sleep_k(lua_State *L, int status, lua_KContext ctx) {
-  (void)L; (void)status;
-  sleep_op *op = (sleep_op *)ctx;
-  uv_close((uv_handle_t *)&op->timer, sleep_closed);
-  return 0;
-}
-
-static int yield_k(lua_State *L, int status, lua_KContext ctx) {
+static int done_k(lua_State *L, int status, lua_KContext ctx) {
   (void)L; (void)status; (void)ctx;
   return 0;
 }
@@ -458,17 +607,14 @@ static int l_sleep(lua_State *L) {
   double sec = luaL_checknumber(L, 1);
   luaL_argcheck(L, sec >= 0 && sec == sec, 1, "must be a non-negative number");
   mg_check_yieldable(L, "mg.sleep");
+  mg_task *t = mg_current(L);
   if (sec == 0) {
     /* back of the ready queue: every task ready now runs first */
-    enqueue(mg_current(L));
-    return lua_yieldk(L, 0, 0, yield_k);
+    enqueue(t);
+    return lua_yieldk(L, 0, 0, done_k);
   }
-  sleep_op *op = (sleep_op *)malloc(sizeof *op);
-  if (!op) return luaL_error(L, "out of memory");
-  uv_timer_init(mg_loop(), &op->timer);
-  op->timer.data = op;
-  uv_timer_start(&op->timer, sleep_fired, (uint64_t)(sec * 1000 + 0.5), 0);
-  return mg_await(L, &op->w, sleep_cancel, sleep_k, (lua_KContext)op);
+  deadline_set(L, t, sec);
+  return await_(L, &t->sleep_w, sleep_cancel, done_k, 0, 1);
 }
 
 static int l_now(lua_State *L) {
@@ -489,74 +635,46 @@ static int l_current(lua_State *L) {
 ** timeout; it returns (true, value) or (nil, "timeout"). The Lua side builds
 ** queues and events on it. A park without timeout can only be woken by
 ** another task, so it does not count as pending I/O. */
-typedef struct {
-  mg_waiter w;
-  uv_timer_t *timer;
-  int timed_out;
-  int value_ref;
-} park_op;
-
-static void park_free(park_op *op) {
-  if (op->timer) {
-    uv_timer_stop(op->timer);
-    uv_close((uv_handle_t *)op->timer, join_timer_closed);
-  }
-  free(op);
-}
-
-static void park_timeout(uv_timer_t *h) {
-  park_op *op = (park_op *)h->data;
-  op->timed_out = 1;
-  mg_wake(&op->w);
-}
-
 static void park_cancel(mg_waiter *w) {
-  park_free((park_op *)w);
+  deadline_clear(TASK_OF(w, park_w));
 }
 
 static int park_k(lua_State *L, int status, lua_KContext ctx) {
-  (void)status;
-  park_op *op = (park_op *)ctx;
-  int timed_out = op->timed_out && op->value_ref == LUA_NOREF;
-  if (timed_out) {
-    park_free(op);
+  (void)status; (void)ctx;
+  mg_task *t = mg_current(L);
+  deadline_clear(t);
+  if (t->timed_out) {
     lua_pushnil(L);
     lua_pushliteral(L, "timeout");
     return 2;
   }
   lua_pushboolean(L, 1);
-  lua_rawgeti(L, LUA_REGISTRYINDEX, op->value_ref);
-  luaL_unref(L, LUA_REGISTRYINDEX, op->value_ref);
-  park_free(op);
+  lua_rawgeti(L, LUA_REGISTRYINDEX, t->self_ref);
+  lua_getiuservalue(L, -1, UV_PARKED);
+  lua_pushnil(L);
+  lua_setiuservalue(L, -3, UV_PARKED);
+  lua_remove(L, -2);
   return 2;
 }
 
 static int l_park(lua_State *L) {
   double timeout = luaL_optnumber(L, 1, -1);
   mg_check_yieldable(L, "park");
-  park_op *op = (park_op *)calloc(1, sizeof *op);
-  if (!op) return luaL_error(L, "out of memory");
-  op->value_ref = LUA_NOREF;
-  if (timeout >= 0) {
-    op->timer = (uv_timer_t *)malloc(sizeof *op->timer);
-    uv_timer_init(mg_loop(), op->timer);
-    op->timer->data = op;
-    uv_timer_start(op->timer, park_timeout, (uint64_t)(timeout * 1000 + 0.5), 0);
-  }
-  return await_(L, &op->w, park_cancel, park_k, (lua_KContext)op,
-                op->timer != NULL);
+  mg_task *t = mg_current(L);
+  t->timed_out = 0;
+  if (timeout >= 0) deadline_set(L, t, timeout);
+  return await_(L, &t->park_w, park_cancel, park_k, 0, timeout >= 0);
 }
 
 static int l_unpark(lua_State *L) {
   mg_task *t = check_task(L, 1);
   lua_settop(L, 2);
-  if (t->state != T_WAITING || !t->waiter || t->waiter->cancel != park_cancel) {
+  if (t->state != T_WAITING || t->waiter != &t->park_w) {
     lua_pushboolean(L, 0);
     return 1;
   }
-  park_op *op = (park_op *)t->waiter;
-  op->value_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  mg_wake(&op->w);
+  lua_setiuservalue(L, 1, UV_PARKED);
+  mg_wake(&t->park_w);
   lua_pushboolean(L, 1);
   return 1;
 }
@@ -609,6 +727,13 @@ static void handle_interrupt(lua_State *L) {
     cancel_task(L, S.interrupt_target);
 }
 
+/* One turn of the libuv loop; callbacks only mark tasks ready. */
+static void turn(uv_run_mode mode) {
+  S.in_uv_run = 1;
+  uv_run(S.loop, mode);
+  S.in_uv_run = 0;
+}
+
 /* Run until `until` is done (or, when NULL, until no task can make
 ** progress). Returns 0, or -1 when `until` can never finish (deadlock). */
 static int run_until(lua_State *L, mg_task *until) {
@@ -625,11 +750,11 @@ static int run_until(lua_State *L, mg_task *until) {
     handle_interrupt(L);
     if (until && until->state == T_DONE) return 0;
     if (S.ready_head) {
-      uv_run(S.loop, UV_RUN_NOWAIT);
+      turn(UV_RUN_NOWAIT);
       continue;
     }
     if (S.io_waiting == 0) return until ? -1 : 0;
-    uv_run(S.loop, UV_RUN_ONCE);
+    turn(UV_RUN_ONCE);
   }
 }
 
@@ -653,6 +778,7 @@ static int run_impl(lua_State *L, int mode) {
   S.running = 1;
   int n = lua_gettop(L);
   mg_task *main = spawn(L, 1, n - 1);
+  int main_idx = lua_gettop(L);
   mg_task *prev_target = S.interrupt_target;
   S.interrupt_target = main;
   int rc = run_until(L, main);
@@ -665,15 +791,10 @@ static int run_impl(lua_State *L, int mode) {
     return luaL_error(L, "mg.run: the main task is waiting for something "
                          "that can never happen (no pending I/O or timers)");
   }
-  main->observed = 1;
-  if (main->result == RES_OK) {
-    int k = push_results(L, main);
-    lua_remove(L, -k);            /* drop the `true` */
-    return k - 1;
-  }
-  lua_pushvalue(main->co, -1);
-  lua_xmove(main->co, L, 1);
-  return lua_error(L);
+  int k = push_results(L, main, main_idx);
+  if (main->result != RES_OK) return lua_error(L);
+  lua_remove(L, -k);              /* drop the `true` */
+  return k - 1;
 }
 
 static int l_run(lua_State *L) { return run_impl(L, RUN_CANCEL_REST); }
@@ -718,7 +839,9 @@ int mg_open_loop(lua_State *L) {
     lua_pushcfunction(L, l_task_tostring);
     lua_setfield(L, -2, "__tostring");
   }
-  lua_pop(L, 1);
+  task_mt = lua_topointer(L, -1);
+  if (task_mt_ref == LUA_NOREF) task_mt_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  else lua_pop(L, 1);
   luaL_newlib(L, loop_funcs);
   return 1;
 }

@@ -34,7 +34,11 @@ local function usage(out)
 end
 
 -- Commands served by moongraph.cmd.* modules: name -> one-line help.
-_M.commands = {}
+_M.commands = {
+  route = "explain the Eco² routing decision for a message",
+  eval = "score the Eco² router on a labelled .jsonl file",
+  chat = "ask the Eco² chat pipeline (streams the answer; --thread continues a conversation)",
+}
 
 local function bad_usage(msg)
   io.stderr:write("moongraph: ", msg, "\n")
