@@ -3,11 +3,13 @@ moongraph.checkpoint.cached — Redis in front of Postgres.
 
   local cp = mg.checkpoint.cached(
     mg.checkpoint.redis(redis_url, { ttl = 3600 }),   -- L1: fast reads, expires
-    mg.checkpoint.postgres(pg_url))                    -- durable store
+    mg.checkpoint.postgres(pg_url),                    -- durable store
+    { retry_after = 1 })
 
 Every write goes to Postgres first and counts only when Postgres took it;
 then it is copied to Redis. A Redis failure never fails a write or a read:
-Redis is only a cache.
+Redis is only a cache, and after a failure it is left alone for
+`retry_after` seconds.
 
 A read asks Postgres which checkpoint is current and which tasks have
 pending writes there (an index-only lookup, no state values), then takes
@@ -25,6 +27,7 @@ local type, error, ipairs, pcall, setmetatable, tostring =
 local sort = table.sort
 
 local common = require "moongraph.checkpoint.common"
+local loop = require("moongraph.core").loop
 
 local _M = {}
 local saver = {}
@@ -36,24 +39,36 @@ local function is_saver(s)
     and type(s.delete_thread) == "function"
 end
 
-function _M.new(l1, durable)
+function _M.new(l1, durable, opts)
   if not is_saver(l1) then
     error("bad argument #1 to 'cached': a checkpoint saver (the Redis cache) expected", 2)
   end
   if not is_saver(durable) or type(durable.head) ~= "function" then
     error("bad argument #2 to 'cached': the Postgres saver expected (it must offer head())", 2)
   end
-  return setmetatable({ l1 = l1, durable = durable, concurrent_writes = durable.concurrent_writes }, mt)
+  if opts ~= nil and type(opts) ~= "table" then
+    error("bad argument #3 to 'cached': options table expected, got " .. type(opts), 2)
+  end
+  local retry_after = opts and opts.retry_after or 1
+  if type(retry_after) ~= "number" or retry_after < 0 then
+    error("bad argument #3 to 'cached': retry_after must be a non-negative number of seconds", 2)
+  end
+  return setmetatable({ l1 = l1, durable = durable, retry_after = retry_after,
+    concurrent_writes = durable.concurrent_writes }, mt)
 end
 
--- Call the cache, swallowing its failures (raised or returned).
+-- Call the cache, swallowing its failures (raised or returned). After a
+-- failure the cache is left alone for `retry_after` seconds, so a Redis that
+-- is down costs one refused connection, not one per call.
 local function cache_call(self, method, ...)
+  local now = loop.now()
+  if self.down_until and now < self.down_until then return nil end
   local ok, r, err = pcall(self.l1[method], self.l1, ...)
-  if not ok then
-    self.cache_error = tostring(r)
-    return nil
+  if not ok then err = tostring(r) r = nil end
+  if r == nil and err then
+    self.cache_error = err
+    self.down_until = now + self.retry_after
   end
-  if r == nil and err then self.cache_error = err end
   return r
 end
 
