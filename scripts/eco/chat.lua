@@ -39,9 +39,9 @@ _M.branch_nodes = registry.names
 -- The pipeline's own nodes, in order.
 _M.pipeline_nodes = registry.pipeline
 
--- Seconds a node's graph timeout adds to its own when build{node_timeouts =
--- true} asks for them (the adapters' HTTP timeouts are the node timeouts, so
--- the adapter reports its own error first).
+-- Seconds a node's graph timeout adds to its own (the adapters' HTTP timeouts
+-- are the node timeouts, so the adapter reports its own error first; the
+-- engine's deadline catches a node stuck anywhere else).
 _M.timeout_grace = 1
 
 -- History messages a branch receives (general and answer use the last few).
@@ -221,8 +221,9 @@ end
 
 -- build{checkpointer, recursion_limit, node_timeouts, nodes} -> compiled graph.
 -- Every adapter bounds its own requests with its HTTP timeout (node.timeout
--- unless configured), and the LLM client has its own; node_timeouts = true
--- adds the engine's per-node timeout on top (node.timeout + timeout_grace).
+-- unless configured), and the LLM client has its own; the engine's per-node
+-- timeout (node.timeout + timeout_grace) is on top, unless node_timeouts =
+-- false.
 -- `nodes` replaces node modules by name (same contract: name, policy,
 -- timeout, run).
 function _M.build(opts)
@@ -230,19 +231,20 @@ function _M.build(opts)
   if type(opts) ~= "table" then
     error("bad argument #1 to 'build': options table expected, got " .. type(opts), 2)
   end
+  local timeouts = opts.node_timeouts ~= false
   local g = mg.graph(_M.schema())
   local intent = opts.nodes and opts.nodes.intent or require "nodes.intent"
-  g:add_node("intent", wrap("intent", intent.run, false), node_opts(intent, opts.node_timeouts))
+  g:add_node("intent", wrap("intent", intent.run, false), node_opts(intent, timeouts))
   local targets = {}
   for _, name in ipairs(_M.branch_nodes) do
     local node = load_branch(name, opts)
-    g:add_node(name, wrap(name, node.run, true), node_opts(node, opts.node_timeouts))
+    g:add_node(name, wrap(name, node.run, true), node_opts(node, timeouts))
     g:add_edge(name, "aggregator")
     if name ~= "clarify" then targets[#targets + 1] = name end
   end
   for _, name in ipairs({ "aggregator", "answer", "feedback", "summarize" }) do
     local node = opts.nodes and opts.nodes[name] or require("nodes." .. name)
-    g:add_node(name, wrap(name, node.run, false), node_opts(node, opts.node_timeouts))
+    g:add_node(name, wrap(name, node.run, false), node_opts(node, timeouts))
   end
   g:add_edge(mg.START, "intent")
   g:add_conditional_edges("intent", fan_out, targets)
