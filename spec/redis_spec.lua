@@ -475,8 +475,9 @@ describe("moongraph.redis", function()
           assert.is_nil(v)
           assert.matches("^redis: connection lost", err)
         end
-        -- the shared connection's commands: lost with the server, or sent
-        -- again to the new one after a reconnect; never left hanging
+        -- the shared connection's commands fail with the server, or (when a
+        -- task issued its command only after the loss was noticed) run on a
+        -- new connection; none is left hanging and none is sent twice
         for i = 1, 4 do
           local ok, v, err = busy[i]:join()
           assert.is_true(ok)
