@@ -37,6 +37,7 @@ end
 _M.commands = {
   route = "explain the Eco² routing decision for a message",
   eval = "score the Eco² router on a labelled .jsonl file",
+  chat = "ask the Eco² chat pipeline (streams the answer; --thread continues a conversation)",
 }
 
 local function bad_usage(msg)
