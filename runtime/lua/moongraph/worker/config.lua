@@ -16,6 +16,7 @@ _M.USAGE = [[
 usage: moongraph worker [--redis URL] [--pg URL] [--script [NAME=]PATH]...
                         [--concurrency N] [--group NAME] [--consumer NAME]
                         [--checkpoint cached|postgres|redis|file:DIR|memory]
+                        [--durability sync|async]
                         [--claim-idle SEC] [--claim-interval SEC] [--max-deliveries N]
                         [--grace SEC] [--job-timeout SEC] [--heartbeat SEC]
                         [--events-ttl SEC] [--events-maxlen N] [--memory-ttl SEC]
@@ -38,6 +39,7 @@ _M.defaults = {
   group = "moongraph",
   consumer = nil,               -- default <hostname>-<pid>
   checkpoint = "cached",
+  durability = "sync",          -- checkpoint writes: sync (each before the run goes on) | async
   claim_idle = 30,              -- a pending job idle this long is claimed by another worker
   claim_interval = nil,         -- default min(5, claim_idle / 2)
   max_deliveries = 5,           -- a job delivered more often goes to the dead-letter stream
@@ -114,7 +116,7 @@ local numeric = {
 
 local strings = {
   ["--redis"] = "redis", ["--pg"] = "pg", ["--group"] = "group",
-  ["--consumer"] = "consumer", ["--checkpoint"] = "checkpoint",
+  ["--consumer"] = "consumer", ["--checkpoint"] = "checkpoint", ["--durability"] = "durability",
   ["--metrics"] = "metrics", ["--log-level"] = "log_level", ["--prefix"] = "prefix",
 }
 
@@ -200,6 +202,9 @@ function _M.parse(args, getenv)
     seen[s.name] = true
   end
   cfg.scripts = scripts
+  if cfg.durability ~= "sync" and cfg.durability ~= "async" then
+    return nil, "--durability must be sync or async"
+  end
   if not LEVELS[cfg.log_level] then
     return nil, "--log-level must be debug, info, warn or error"
   end

@@ -17,7 +17,7 @@
 
 local cjson = require("cjson.safe").new()
 
-local type, tostring, math_type, pairs = type, tostring, math.type, pairs
+local type, tostring, pairs = type, tostring, pairs
 local format = string.format
 
 local _M = {}
@@ -29,8 +29,8 @@ local ID = "^[%w%-_%.:@]+$"
 local function check_id(j, name)
   local v = j[name]
   if v == nil or v == cjson.null then return nil, format("field '%s' is missing", name) end
-  if name == "user_id" and math_type(v) == "integer" then
-    j[name] = tostring(v)
+  if name == "user_id" and type(v) == "number" and math.tointeger(v) then
+    j[name] = tostring(math.tointeger(v))
     return true
   end
   if type(v) ~= "string" then

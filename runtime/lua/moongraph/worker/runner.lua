@@ -260,6 +260,7 @@ function _M.run(W, entry, js)
   local guard <close> = setmetatable({}, { __close = function() em:abandon() end })
   local run_cfg = {
     thread_id = thread, modes = { "values", "tasks", "messages" }, llm = W.llm,
+    durability = cfg.durability,
     job_id = j.job_id, conversation_id = j.thread_id, user_id = j.user_id,
   }
   js.phase = "running"
