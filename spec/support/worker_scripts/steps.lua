@@ -14,10 +14,16 @@ local redis = require "moongraph.redis"
 
 local _M = { VERSION = "v1" }
 
+-- (retried for a while: the Redis restart spec bounces Redis under it)
 local conn
 local function count(ctx, node)
-  conn = conn or assert(redis.connect(assert(os.getenv("MOONGRAPH_REDIS_URL"))))
-  assert(conn:call("INCR", "spec:runs:" .. tostring(ctx.config.job_id) .. ":" .. node))
+  local key = "spec:runs:" .. tostring(ctx.config.job_id) .. ":" .. node
+  for _ = 1, 100 do
+    conn = conn or redis.connect(assert(os.getenv("MOONGRAPH_REDIS_URL")))
+    if conn and conn:call("INCR", key) then return end
+    mg.sleep(0.1)
+  end
+  error("cannot count the run of " .. node, 0)
 end
 
 local function opt(message, name)

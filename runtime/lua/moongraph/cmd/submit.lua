@@ -67,6 +67,7 @@ end
 local function printer(o)
   local out, err = io.stdout, io.stderr
   local in_answer = false
+  local started = {}
   return function(ev)
     if o.json then
       out:write(cjson.encode { id = ev.id, type = ev.type, data = ev.data }, "\n")
@@ -74,7 +75,15 @@ local function printer(o)
       return
     end
     local d = type(ev.data) == "table" and ev.data or {}
-    if ev.type == "token" then
+    if ev.type == "node_start" then
+      local k = tostring(d.ns or "") .. "|" .. tostring(d.task_id)
+      if started[k] then
+        if in_answer then out:write("\n"); out:flush(); in_answer = false end
+        err:write(string.format("· %s runs again (attempt %s): a worker stopped in the middle of it\n",
+          tostring(d.node), tostring(d.attempt)))
+      end
+      started[k] = true
+    elseif ev.type == "token" then
       out:write(d.text or "")
       out:flush()
       in_answer = true

@@ -178,8 +178,13 @@ local function quiet_warn(self, what, err, state)
   end
 end
 
+-- The reader. A read whose reply was lost (the connection dropped) may
+-- still have delivered jobs to this consumer; once Redis answers again,
+-- such jobs (pending here, run by no task) are released for the next claim
+-- pass instead of waiting out claim_idle.
 function W:reader()
   local backoff, warned = 0.05, {}
+  local lost_reply = false
   while not self.stopping do
     local free = self:free_slots()
     if free <= 0 then
@@ -188,6 +193,7 @@ function W:reader()
       local entries, err = self.queue:read(free, self.cfg.block)
       if not entries then
         quiet_warn(self, "reading jobs failed; retrying", err, warned)
+        lost_reply = true
         mg.sleep(backoff)
         backoff = min(backoff * 2, 2)
       else
@@ -198,6 +204,15 @@ function W:reader()
           self.queue:release(ids, self.cfg.claim_idle)
         else
           for _, e in ipairs(entries) do self:dispatch(e) end
+        end
+        if lost_reply and not self.stopping then
+          local ids = self:release_orphans()
+          if ids then
+            lost_reply = false
+            if #ids > 0 then
+              self.log:info("released jobs delivered during a lost read", { entries = ids })
+            end
+          end
         end
       end
     end

@@ -149,7 +149,7 @@ local function transient(err)
 end
 
 -- Run the graph, streaming its events; returns state | nil, err.
-local function run_graph(W, script, input, cfg, em, log, job_id)
+local function run_graph(W, script, input, cfg, em, log, attempt)
   local starts = {}
   local last_state = nil
   local metrics = W.metrics
@@ -166,7 +166,8 @@ local function run_graph(W, script, input, cfg, em, log, job_id)
         local k = (ev.ns or "") .. "|" .. tostring(d.id)
         if d.event == "start" then
           starts[k] = mg.now()
-          em:push("node_start", { node = d.name, task_id = d.id, ns = ev.ns ~= "" and ev.ns or nil })
+          em:push("node_start", { node = d.name, task_id = d.id, ns = ev.ns ~= "" and ev.ns or nil,
+                                  attempt = attempt })
         else
           local t0 = starts[k]
           starts[k] = nil
@@ -185,6 +186,12 @@ local function run_graph(W, script, input, cfg, em, log, job_id)
       elseif mode == "values" and (ev.ns == nil or ev.ns == "") then
         last_state = ev.data
       end
+    end
+    if last_state == nil then
+      -- a resumed run that had nothing left to do emits no values
+      local snap, serr = script.app:get_state { thread_id = cfg.thread_id }
+      if not snap then error("checkpointer get failed: " .. tostring(serr), 0) end
+      last_state = snap.values
     end
     return last_state
   end
@@ -264,7 +271,13 @@ function _M.run(W, entry, js)
     job_id = j.job_id, conversation_id = j.thread_id, user_id = j.user_id,
   }
   js.phase = "running"
-  local state, rerr = run_graph(W, script, input, run_cfg, em, log, j.job_id)
+  local state, rerr
+  if tup and not (tup.checkpoint.next and tup.checkpoint.next[1]) then
+    -- the run had ended before the last attempt stopped: its final state
+    state = tup.checkpoint.values or {}
+  else
+    state, rerr = run_graph(W, script, input, run_cfg, em, log, entry.deliveries or 1)
+  end
   if not state and transient(rerr) then
     mg.timeout(1, em.flush, em)
     return release(W, log, first_line(rerr))
