@@ -39,6 +39,8 @@ describe("worker config", function()
       { { "--pg", "x", "--bogus" }, "unknown option '%-%-bogus'" },
       { { "--pg", "x", "--script", "chat.txt" }, "a Lua file" },
       { { "--pg", "x", "--log-level", "loud" }, "log%-level" },
+      { { "--pg", "x", "--checkpoint", "disk" }, "%-%-checkpoint must be" },
+      { { "--pg", "x", "--durability", "never" }, "%-%-durability must be" },
       { {}, "no Postgres URL" },
     }
     for _, c in ipairs(cases) do

@@ -11,7 +11,11 @@
 --   file:DIR   JSON files under DIR (workers sharing one disk)
 --   memory     this process only: nothing survives a crash (tests, benchmarks)
 --
---   local saver, err = checkpointer.open(kind, { redis_url =, pg_url =, redis =, db = })
+--   local saver, err = checkpointer.open(kind, { redis_url =, pg_url = })
+--
+-- The Redis and Postgres savers are mg.checkpoint.redis(url, {ttl}),
+-- mg.checkpoint.postgres(url) and mg.checkpoint.cached(redis_saver,
+-- postgres_saver); each keeps its own connections.
 
 local checkpoint = require "moongraph.checkpoint"
 
@@ -29,26 +33,42 @@ local function need(name)
   return nil, "this build has no " .. name .. " checkpoint saver (moongraph.checkpoint." .. name .. ")"
 end
 
+-- Build a saver, turning a raised error or a nil result into nil, err.
+local function make(f, ...)
+  local ok, saver, err = pcall(f, ...)
+  if not ok then return nil, tostring(saver) end
+  if not saver then return nil, tostring(err) end
+  return saver
+end
+
 -- open(kind, ctx) -> saver | nil, err
+-- ctx: redis_url, pg_url, cache_ttl (seconds a checkpoint stays in the
+-- Redis cache of `cached`, default 3600, as in the seeds).
 function _M.open(kind, ctx)
   if type(kind) ~= "string" then return nil, "checkpoint kind expected" end
   if kind == "memory" then return checkpoint.memory() end
   local dir = kind:match("^file:(.+)$")
   if dir then return checkpoint.file(dir) end
-  if kind == "postgres" or kind == "redis" or kind == "cached" then
-    local f, err = need(kind)
+  if kind == "postgres" then
+    local f, err = need("postgres")
     if not f then return nil, err end
-    local ok, saver, serr
-    if kind == "postgres" then
-      ok, saver, serr = pcall(f, ctx.db or ctx.pg_url)
-    elseif kind == "redis" then
-      ok, saver, serr = pcall(f, ctx.redis or ctx.redis_url)
-    else
-      ok, saver, serr = pcall(f, ctx.redis or ctx.redis_url, ctx.db or ctx.pg_url)
-    end
-    if not ok then return nil, tostring(saver) end
-    if not saver then return nil, tostring(serr) end
-    return saver
+    return make(f, ctx.pg_url)
+  elseif kind == "redis" then
+    local f, err = need("redis")
+    if not f then return nil, err end
+    return make(f, ctx.redis_url, { ttl = ctx.redis_ttl })
+  elseif kind == "cached" then
+    local fr, err1 = need("redis")
+    if not fr then return nil, err1 end
+    local fp, err2 = need("postgres")
+    if not fp then return nil, err2 end
+    local fc, err3 = need("cached")
+    if not fc then return nil, err3 end
+    local l1, e1 = make(fr, ctx.redis_url, { ttl = ctx.cache_ttl or 3600 })
+    if not l1 then return nil, e1 end
+    local l2, e2 = make(fp, ctx.pg_url)
+    if not l2 then return nil, e2 end
+    return make(fc, l1, l2)
   end
   return nil, "unknown checkpoint kind '" .. kind .. "' (cached, postgres, redis, file:DIR or memory)"
 end

@@ -202,6 +202,10 @@ function _M.parse(args, getenv)
     seen[s.name] = true
   end
   cfg.scripts = scripts
+  local ck = cfg.checkpoint
+  if not (ck == "cached" or ck == "postgres" or ck == "redis" or ck == "memory" or ck:match("^file:.")) then
+    return nil, "--checkpoint must be cached, postgres, redis, file:DIR or memory"
+  end
   if cfg.durability ~= "sync" and cfg.durability ~= "async" then
     return nil, "--durability must be sync or async"
   end

@@ -122,8 +122,7 @@ function W:start()
     log:info("migration applied", { version = m.version, name = m.name })
   end
   local saver
-  saver, err = checkpointer.open(cfg.checkpoint, {
-    redis_url = cfg.redis, pg_url = cfg.pg, redis = r, db = self.db })
+  saver, err = checkpointer.open(cfg.checkpoint, { redis_url = cfg.redis, pg_url = cfg.pg })
   if not saver then return nil, "checkpointer: " .. tostring(err) end
   self.saver = saver
   self.scripts = scriptsm.new(cfg.scripts, saver)
