@@ -129,6 +129,13 @@ describe("many workers side by side", function()
       check_exactly_once(r, db, ids)
     end)
     assert.is_true(kills >= 3, "too few kills happened: " .. kills)
+    local reclaimed, resumed = 0, 0
+    for _, p in ipairs(env.procs) do
+      reclaimed = reclaimed + #p:logged("job claimed from a stalled or dead worker")
+      resumed = resumed + #p:logged("job resumed from its checkpoint")
+    end
+    assert.is_true(reclaimed > 0, "no job was claimed from a killed worker")
+    assert.is_true(resumed > 0, "no job resumed from a checkpoint")
   end)
 
   it("Redis restarted during the run: the workers reconnect and finish every job once", function()
