@@ -44,12 +44,14 @@ local function row(label, ours, peer)
   if not a then return end
   local line = string.format("%-44s %10.2f %-6s", label, a.value, a.unit)
   if b then
-    line = line .. string.format("  LangGraph %10.2f %-6s  %7.0fx faster", b.value, b.unit, b.value / a.value)
+    local r = b.value / a.value
+    line = line .. string.format("  LangGraph %10.2f %-6s  ratio %s", b.value, b.unit,
+      r >= 10 and string.format("%.0fx", r) or string.format("%.2fx", r))
   end
   print(line)
 end
 
-print("\nsummary (best of several rounds, wall time)")
+print("\nsummary (best of several rounds, wall time; ratio = LangGraph time / moongraph time)")
 row("10-node chain, no checkpointer", "graph_linear plain", "peer_linear plain")
 row("10-node chain, file saver, async", "graph_linear file_async", "peer_linear memory_async")
 row("10-node chain, memory saver, async", "graph_linear memory_async", "peer_linear memory_async")

@@ -28,7 +28,7 @@ end
 
 for _ = 1, 5 do once() end
 local best = math.huge
-for _ = 1, 30 do
+for _ = 1, 40 do
   collectgarbage()
   best = math.min(best, once())
 end

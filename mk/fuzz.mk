@@ -10,6 +10,7 @@ FUZZ_CFLAGS = -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=a
 FUZZ_LIBS = $(shell pkg-config --libs lua5.4)
 
 build/fuzz/sse_fuzz: fuzz/sse_fuzz.c runtime/sse.c runtime/sse.h runtime/mg.h
+	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang and libclang-rt-14-dev (apt-get install clang libclang-rt-14-dev)"; exit 1; }
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) fuzz/sse_fuzz.c runtime/sse.c -o $@ $(FUZZ_LIBS)
 

@@ -6,7 +6,9 @@
 -- It runs as general's fallback (the LLM failed) or when the aggregator
 -- finds the primary request unanswered and no LLM to ask. Input: the state
 -- or the aggregator's Send argument, whose `chain_failures` lists
--- {node, error} of the steps that failed. It never fails.
+-- {node, error} of the steps that failed; ctx.failed (set by the pipeline)
+-- adds the nodes that failed before it in its own task, such as general
+-- when clarify is general's fallback. It never fails.
 local ipairs, type, concat = ipairs, type, table.concat
 
 local _M = {
@@ -40,8 +42,11 @@ local function reason_text(f)
 end
 
 function _M.run(state, ctx)
-  local failures = type(state) == "table" and type(state.chain_failures) == "table"
-    and state.chain_failures or {}
+  local failures = {}
+  local given = type(state) == "table" and state.chain_failures
+  for _, f in ipairs(type(given) == "table" and given or {}) do failures[#failures + 1] = f end
+  local own = ctx and rawget(ctx, "failed")
+  for _, f in ipairs(type(own) == "table" and own or {}) do failures[#failures + 1] = f end
   local reasons, service_error = {}, false
   for _, f in ipairs(failures) do
     if type(f) == "table" then

@@ -10,11 +10,13 @@
 -- schema for the four scores. Without one, or when the judge fails, a
 -- defined heuristic over Korean-aware text units:
 --
+--   text units    characters, with ASCII spaces and punctuation removed and
+--                 ASCII lower-cased; a bigram is two neighbouring units
 --   claims        the answer's sentences, without its headings ("■ ..."),
 --                 labels ("[...]") and notices ("※ ..."); a claim needs at
---                 least three character bigrams
---   support       share of a claim's character bigrams (spaces and
---                 punctuation removed) found in the contexts and notices
+--                 least three bigrams
+--   support       share of a claim's bigrams found in the contexts and
+--                 notices (a claim found there word for word: 1)
 --   faithfulness  share of claims with support >= 0.5
 --   groundedness  supported bigrams / all bigrams, over every claim
 --   context_relevance / answer_relevance
@@ -29,7 +31,7 @@ local turn = require "nodes.lib.turn"
 local data = require "nodes.lib.data"
 
 local type, ipairs, tostring, tonumber, concat = type, ipairs, tostring, tonumber, table.concat
-local floor = math.floor
+local floor, lower = math.floor, string.lower
 
 local _M = {
   name = "feedback",
@@ -42,29 +44,68 @@ _M.dimensions = { "faithfulness", "groundedness", "context_relevance", "answer_r
 
 local function round(x) return floor(x * 1000 + 0.5) / 1000 end
 
-local function gram_set(text)
-  local set = {}
-  for _, g in ipairs(korean.bigrams(korean.compact(text))) do set[g] = true end
-  return set
+local codes, len = utf8.codes, utf8.len
+
+-- The text units of a text as one string (see above).
+local function squash(text)
+  return (lower(korean.sanitize(text)):gsub("[%s%p]+", ""))
 end
 
--- Pure: the claims of an answer (see above).
-function _M.claims(answer)
+-- Bigrams of a squashed text, each an integer key; adds them to `set` when
+-- given and returns them as a list.
+local function grams_of(sq, set)
+  local out, n, prev = {}, 0, nil
+  for _, c in codes(sq) do
+    if prev then
+      local g = prev * 0x110000 + c
+      n = n + 1
+      out[n] = g
+      if set then set[g] = true end
+    end
+    prev = c
+  end
+  return out
+end
+
+function _M.grams(text, set)
+  return grams_of(squash(text), set)
+end
+
+local function split_sentences(line, out)
+  local from = 1
+  while true do
+    local a, b = line:find("[%.!?]+%s+", from)
+    if not a then break end
+    out[#out + 1] = line:sub(from, a)
+    from = b + 1
+  end
+  if from <= #line then out[#out + 1] = line:sub(from) end
+end
+
+-- The claims of an answer with their units: { {text, sq, n = units}, ... }.
+local function claims_of(answer)
   local out = {}
   for line in (answer .. "\n"):gmatch("(.-)\n") do
     local l = line:gsub("^%s+", "")
     if l ~= "" and not l:find("^■") and not l:find("^%[") and not l:find("^※") then
       l = l:gsub("^[%-%*•]%s*", ""):gsub("^%d+[%.%)]%s*", "")
-      for s in (l .. " "):gmatch("(.-[%.!?])%s+") do out[#out + 1] = s end
-      local tail = l:match("[%.!?]%s+([^%.!?]+)$") or (not l:find("[%.!?]") and l) or nil
-      if tail and tail:find("%S") then out[#out + 1] = tail end
+      split_sentences(l, out)
     end
   end
   local kept = {}
-  for _, s in ipairs(out) do
-    if #korean.bigrams(korean.compact(s)) >= 3 then kept[#kept + 1] = s end
+  for _, c in ipairs(out) do
+    local sq = squash(c)
+    local n = len(sq)
+    if n >= 4 then kept[#kept + 1] = { text = (c:gsub("%s+$", "")), sq = sq, n = n } end
   end
   return kept
+end
+
+-- Pure: the claims of an answer (see above).
+function _M.claims(answer)
+  local out = {}
+  for i, c in ipairs(claims_of(answer)) do out[i] = c.text end
+  return out
 end
 
 local function mentioned(text_compact, tok)
@@ -76,7 +117,7 @@ end
 
 local function relevance(tokens, text)
   if #tokens == 0 then return nil end
-  local c = korean.compact(text)
+  local c = lower(text):gsub("[%s%p]+", "")
   local n = 0
   for _, t in ipairs(tokens) do
     if mentioned(c, t) then n = n + 1 end
@@ -100,17 +141,25 @@ end
 -- Pure: heuristic scores of an answer to a question given the grounding
 -- text (contexts and notices).
 function _M.heuristic(question, grounding, answer)
-  local ctx_grams = gram_set(grounding)
-  local claims = _M.claims(answer)
+  local gsq = squash(grounding)
+  local ctx_grams = nil     -- built when a claim is not in the grounding word for word
+  local claims = claims_of(answer)
   local supported_claims, supported, total = 0, 0, 0
   for _, c in ipairs(claims) do
-    local grams = korean.bigrams(korean.compact(c))
-    local hit = 0
-    for _, g in ipairs(grams) do
-      if ctx_grams[g] then hit = hit + 1 end
+    local nb = c.n - 1
+    local hit
+    if gsq:find(c.sq, 1, true) then
+      hit = nb
+    else
+      if not ctx_grams then ctx_grams = {}; grams_of(gsq, ctx_grams) end
+      hit = 0
+      local gs = grams_of(c.sq)
+      for i = 1, #gs do
+        if ctx_grams[gs[i]] then hit = hit + 1 end
+      end
     end
-    supported, total = supported + hit, total + #grams
-    if hit / #grams >= _M.min_support then supported_claims = supported_claims + 1 end
+    supported, total = supported + hit, total + nb
+    if hit / nb >= _M.min_support then supported_claims = supported_claims + 1 end
   end
   local tokens = korean.content_tokens(question)
   local scores = {

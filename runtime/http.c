@@ -574,10 +574,10 @@ static long xfer_status(xfer *x) {
 /* Push the response headers as a table with lower-case names; repeated
 ** headers are joined with ", ". */
 static void push_headers(lua_State *L, xfer *x) {
-  lua_newtable(L);
+  lua_createtable(L, 0, 8);
   const char *p = x->head.p, *end = p + x->head.len;
   if (!p) return;
-  luaL_Buffer name;
+  char small[128];
   while (p < end) {
     const char *eol = memchr(p, '\n', (size_t)(end - p));
     if (!eol) eol = end;
@@ -589,10 +589,17 @@ static void push_headers(lua_State *L, xfer *x) {
       while (v < line_end && (*v == ' ' || *v == '\t')) v++;
       const char *ve = line_end;
       while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t')) ve--;
-      luaL_buffinit(L, &name);
-      for (const char *c = p; c < colon; c++)
-        luaL_addchar(&name, (char)tolower((unsigned char)*c));
-      luaL_pushresult(&name);
+      size_t nlen = (size_t)(colon - p);
+      if (nlen <= sizeof small) {
+        for (size_t i = 0; i < nlen; i++) small[i] = (char)tolower((unsigned char)p[i]);
+        lua_pushlstring(L, small, nlen);
+      } else {
+        luaL_Buffer name;
+        luaL_buffinit(L, &name);
+        for (const char *c = p; c < colon; c++)
+          luaL_addchar(&name, (char)tolower((unsigned char)*c));
+        luaL_pushresult(&name);
+      }
       lua_pushvalue(L, -1);
       if (lua_rawget(L, -3) == LUA_TSTRING) {
         lua_pushliteral(L, ", ");

@@ -66,6 +66,7 @@ static struct {
   mg_task *current;
   int io_waiting;           /* waiters that an outside event can wake */
   int running;              /* inside run_until */
+  int in_uv_run;            /* inside uv_run: a wake must end its turn */
   mg_task *interrupt_target;
   volatile sig_atomic_t interrupted;
   uv_async_t interrupt_async;
@@ -184,6 +185,9 @@ void mg_wake(mg_waiter *w) {
   t->waiter = NULL;
   t->woken = w;
   enqueue(t);
+  /* Woken from a libuv callback (say, a timer): without this, the same
+  ** loop turn would go on to block in epoll while the task is ready. */
+  if (S.in_uv_run) uv_stop(S.loop);
 }
 
 /* ------------------------------------------------------------ deadlines */
@@ -312,9 +316,10 @@ static void wake_joiners(mg_task *t) {
   }
 }
 
-/* Give a finished coroutine back to the pool (or to the collector). A
-** coroutine whose function returned has an empty call stack and can start
-** again as is; one that failed or was cancelled was reset already. */
+/* Give a coroutine whose function returned back to the pool: its call
+** stack is empty and it can start again as is. Failed and cancelled ones go
+** to the collector instead: Lua 5.4.4's lua_resetthread does not clear the
+** error-handler slot, so one stopped inside an xpcall is unsafe to reuse. */
 static void recycle(lua_State *L, lua_State *co) {
   if (lua_gethook(co)) lua_sethook(co, NULL, 0, 0);
   lua_settop(co, 0);
@@ -360,7 +365,7 @@ static void finish(lua_State *L, mg_task *t, task_result r, int n) {
   wake_joiners(t);
   luaL_unref(L, LUA_REGISTRYINDEX, t->self_ref);
   t->self_ref = LUA_NOREF;
-  recycle(L, co);
+  if (r == RES_OK) recycle(L, co);
 }
 
 /* Push a done task's error object (task at index i). */
@@ -722,6 +727,13 @@ static void handle_interrupt(lua_State *L) {
     cancel_task(L, S.interrupt_target);
 }
 
+/* One turn of the libuv loop; callbacks only mark tasks ready. */
+static void turn(uv_run_mode mode) {
+  S.in_uv_run = 1;
+  uv_run(S.loop, mode);
+  S.in_uv_run = 0;
+}
+
 /* Run until `until` is done (or, when NULL, until no task can make
 ** progress). Returns 0, or -1 when `until` can never finish (deadlock). */
 static int run_until(lua_State *L, mg_task *until) {
@@ -738,11 +750,11 @@ static int run_until(lua_State *L, mg_task *until) {
     handle_interrupt(L);
     if (until && until->state == T_DONE) return 0;
     if (S.ready_head) {
-      uv_run(S.loop, UV_RUN_NOWAIT);
+      turn(UV_RUN_NOWAIT);
       continue;
     }
     if (S.io_waiting == 0) return until ? -1 : 0;
-    uv_run(S.loop, UV_RUN_ONCE);
+    turn(UV_RUN_ONCE);
   }
 }
 

@@ -5,7 +5,8 @@
 **                            fsync of the directory -> true | nil, err, code
 **   store.read(path)         -> contents | nil, err, code
 **   store.list(dir)          -> sorted entry names | nil, err, code
-**   store.mkdir(path)        mkdir -p -> true | nil, err, code
+**   store.mkdir(path)        mkdir -p, each new directory fsync'd into its
+**                            parent -> true | nil, err, code
 **   store.remove(path)       rm -r (a missing path is fine) -> true | nil, err, code
 **
 ** `code` is the errno name ("ENOENT", "EACCES", ...). Each call is one work
@@ -174,6 +175,7 @@ static void do_list(store_op *op) {
   if (op->nnames > 1) qsort(op->names, op->nnames, sizeof *op->names, name_cmp);
 }
 
+/* mkdir -p; every directory it creates is made durable in its parent */
 static void do_mkdir(store_op *op) {
   char *p = op->path;
   size_t n = strlen(p);
@@ -181,7 +183,13 @@ static void do_mkdir(store_op *op) {
     if (p[i] != '/' && p[i] != '\0') continue;
     char c = p[i];
     p[i] = '\0';
-    if (mkdir(p, 0755) < 0 && errno != EEXIST) {
+    if (mkdir(p, 0755) == 0) {
+      if (fsync_dir_of(p) < 0) {
+        fail(op, "fsync parent of");
+        p[i] = c;
+        return;
+      }
+    } else if (errno != EEXIST) {
       fail(op, "mkdir");
       p[i] = c;
       return;

@@ -136,6 +136,33 @@ for _, kind in ipairs { "memory", "file" } do
       assert.same({ boom = 2, quick = 1, slow = 2, after = 1 }, calls)
     end)
 
+    it("a failed Send task is the only one re-run on resume", function()
+      local runs = {}
+      local bad = true
+      local g = G.new { results = R.append }
+      g:add_node("work", function(i)
+        runs[i] = (runs[i] or 0) + 1
+        if i == 3 and bad then error("item 3 failed") end
+        return { results = i }
+      end)
+      g:add_conditional_edges(START, function()
+        local s = {}
+        for i = 1, 5 do s[i] = G.Send("work", i) end
+        return s
+      end, { "work" })
+      local app = g:compile { checkpointer = saver() }
+      run(function()
+        local out, err = app:invoke({}, { thread_id = "sends" })
+        assert.is_nil(out)
+        assert.matches("item 3 failed", err)
+        bad = false
+        out = assert(app:invoke(nil, { thread_id = "sends" }))
+        assert.same({ 1, 2, 3, 4, 5 }, out.results)
+      end)
+      assert.equal(2, runs[3])
+      for _, i in ipairs { 1, 2, 4, 5 } do assert.equal(1, runs[i]) end
+    end)
+
     it("each finished task's writes are saved while its siblings still run", function()
       local s = saver()
       local seen_pending

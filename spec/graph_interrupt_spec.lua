@@ -50,6 +50,23 @@ describe("interrupts", function()
     assert.equal(2, counter.approve)
   end)
 
+  for _, durability in ipairs { "sync", "async", "exit" } do
+    it("interrupt and resume work with durability " .. durability .. " and the file saver", function()
+      local dir = child.tmpdir()
+      local g = G.new()
+      g:add_node("ask", function(_, ctx) return { answer = ctx.interrupt "?" } end)
+      g:add_node("done", function(s) return { final = "got " .. s.answer } end)
+      g:add_edge(START, "ask"):add_edge("ask", "done")
+      local app = g:compile { checkpointer = G.checkpoint.file(dir), durability = durability }
+      run(function()
+        local cfg = { thread_id = "d" }
+        assert.equal("?", app:invoke({}, cfg).__interrupt__[1].value)
+        assert.equal("got 42", app:invoke(Command { resume = 42 }, cfg).final)
+      end)
+      os.execute("rm -rf " .. dir)
+    end)
+  end
+
   it("a node may ask several questions, one resume each", function()
     local g = G.new()
     g:add_node("form", function(_, ctx)

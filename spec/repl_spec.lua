@@ -24,6 +24,20 @@ describe("REPL", function()
     assert.equal("true\n", r.out)
   end)
 
+  it("runs an HTTP request at the prompt", function()
+    local testserver = require "testserver"
+    local srv = testserver.start()
+    local r = cli.run({ "repl" }, { stdin = table.concat({
+      "http = require 'moongraph.http'",
+      "res = http.get('" .. srv.url .. "/delay?ms=20')",
+      "res.status",
+      "",
+    }, "\n") })
+    srv:stop()
+    assert.equal(0, r.code)
+    assert.equal("200\n", r.out)
+  end)
+
   it("keeps tasks spawned at the prompt alive across entries", function()
     local r = cli.run({ "repl" }, { stdin = table.concat({
       "q = mg.queue()",

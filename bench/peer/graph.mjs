@@ -48,7 +48,7 @@ async function bestOf(rounds, fn) {
   return best;
 }
 
-const iters = Number(process.argv[2] || 400);
+const iters = Number(process.argv[2] || 100);
 
 const plain = linear(null);
 const perStep = (app, n, cfgOf) => async () => {
@@ -60,13 +60,13 @@ const perStep = (app, n, cfgOf) => async () => {
   return (performance.now() - t0) * 1000 / (n * N_NODES);
 };
 await perStep(plain, 50)();
-console.log(`peer_linear plain ${(await bestOf(5, perStep(plain, iters))).toFixed(2)} us/step`);
+console.log(`peer_linear plain ${(await bestOf(10, perStep(plain, iters))).toFixed(2)} us/step`);
 
 let thread = 0;
 const saved = linear(new MemorySaver());
 const cfg = () => ({ configurable: { thread_id: "t" + (thread++) }, durability: "async" });
 await perStep(saved, 20, cfg)();
-console.log(`peer_linear memory_async ${(await bestOf(5, perStep(saved, Math.max(20, iters >> 1), cfg))).toFixed(2)} us/step`);
+console.log(`peer_linear memory_async ${(await bestOf(10, perStep(saved, iters, cfg))).toFixed(2)} us/step`);
 
 const fan = fanout();
 const once = async () => {

@@ -56,34 +56,30 @@ function _M.estimate(text)
     flush()
     return n
   end
-  local ok = pcall(function()
-    for _, c in utf8_codes(text) do
-      if c < 128 then
-        if is_letter(c) then
-          if digits > 0 then flush() end
-          letters = letters + 1
-        elseif is_digit(c) then
-          if letters > 0 then flush() end
-          digits = digits + 1
-        else
-          flush()
-          if c > 32 and c ~= 127 then n = n + 1 end
-        end
-      else
-        flush()
-        n = n + 1
-      end
-    end
-  end)
-  if not ok then
+  if not utf8.len(text) then
     -- not valid UTF-8: count every byte above 127 as a character
-    n, letters, digits = 0, 0, 0
     for i = 1, #text do
       local c = byte(text, i)
       if c >= 128 then n = n + 1 elseif c > 32 then letters = letters + 1 end
     end
-    n = n + ceil(letters / 4)
-    return n
+    return n + ceil(letters / 4)
+  end
+  for _, c in utf8_codes(text) do
+    if c < 128 then
+      if is_letter(c) then
+        if digits > 0 then flush() end
+        letters = letters + 1
+      elseif is_digit(c) then
+        if letters > 0 then flush() end
+        digits = digits + 1
+      else
+        flush()
+        if c > 32 and c ~= 127 then n = n + 1 end
+      end
+    else
+      flush()
+      n = n + 1
+    end
   end
   flush()
   return n

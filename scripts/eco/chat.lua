@@ -39,8 +39,9 @@ _M.branch_nodes = registry.names
 -- The pipeline's own nodes, in order.
 _M.pipeline_nodes = registry.pipeline
 
--- Seconds a node's graph timeout adds to its own (the adapters' HTTP
--- timeouts are the node timeouts, so the adapter reports its error first).
+-- Seconds a node's graph timeout adds to its own (the adapters' HTTP timeouts
+-- are the node timeouts, so the adapter reports its own error first; the
+-- engine's deadline catches a node stuck anywhere else).
 _M.timeout_grace = 1
 
 -- History messages a branch receives (general and answer use the last few).
@@ -85,8 +86,22 @@ local function first_line(e)
   return s
 end
 
+-- The failures earlier in the same task (a fallback chain runs in its
+-- task's ctx). The engine may hand one ctx table to several tasks of a run
+-- in turn, so the list is kept with the task id it belongs to.
+local function task_failures(ctx)
+  local id = ctx.task_id
+  local st = rawget(ctx, "_eco_task")
+  if not st or st.id ~= id then
+    st = { id = id, failed = {} }
+    ctx._eco_task = st
+  end
+  return st.failed
+end
+
 -- Wraps a node's run(input, ctx):
---   * ctx.llm and ctx.clock come from the run's config (cfg.llm, cfg.clock);
+--   * ctx.llm and ctx.clock come from the run's config (cfg.llm, cfg.clock),
+--     ctx.failed lists the nodes that failed before it in the same task;
 --   * every run emits a custom stream event {type = "node", node, step,
 --     t0, t1, status = "ok" | "error" | "cancelled", error, fallback_of,
 --     chain_of} (a cancelled run, e.g. by its timeout, emits it on close);
@@ -97,39 +112,39 @@ local function wrap(name, fn, is_branch)
   local now = mg.now
   return function(input, ctx)
     local cfg = ctx.config
-    if cfg.llm ~= nil then ctx.llm = cfg.llm end
-    if cfg.clock ~= nil then ctx.clock = cfg.clock end
-    local failed = rawget(ctx, "failed")
-    local fallback_of = failed and failed[#failed].node or nil
+    ctx.llm = cfg.llm
+    ctx.clock = cfg.clock
+    local failed = task_failures(ctx)
+    ctx.failed = failed[1] and failed or nil
+    local fallback_of = failed[1] and failed[#failed].node or nil
     local chain_of = type(input) == "table" and input.chain_of or nil
+    local step = ctx.step
     local t0 = now()
     local done = false
     local emit = ctx.emit
     local guard <close> = setmetatable({}, { __close = function()
       if not done then
-        emit { type = "node", node = name, step = ctx.step, t0 = t0, t1 = now(),
+        emit { type = "node", node = name, step = step, t0 = t0, t1 = now(),
                status = "cancelled", fallback_of = fallback_of, chain_of = chain_of }
       end
     end })
     local ok, res = pcall(fn, input, ctx)
     local t1 = now()
     done = true
-    local rec = { node = name, ok = ok, ms = ms(t1 - t0), step = ctx.step,
+    local rec = { node = name, ok = ok, ms = ms(t1 - t0), step = step,
                   fallback_of = fallback_of, chain_of = chain_of }
     if not ok then
       rec.error = first_line(res)
-      failed = failed or {}
       failed[#failed + 1] = rec
-      ctx.failed = failed
-      emit { type = "node", node = name, step = ctx.step, t0 = t0, t1 = t1, status = "error",
+      emit { type = "node", node = name, step = step, t0 = t0, t1 = t1, status = "error",
              error = rec.error, fallback_of = fallback_of, chain_of = chain_of }
       error(res, 0)
     end
-    emit { type = "node", node = name, step = ctx.step, t0 = t0, t1 = t1, status = "ok",
+    emit { type = "node", node = name, step = step, t0 = t0, t1 = t1, status = "ok",
            fallback_of = fallback_of, chain_of = chain_of }
     if is_branch and type(res) == "table" then
       local runs = {}
-      for _, f in ipairs(failed or {}) do runs[#runs + 1] = f end
+      for _, f in ipairs(failed) do runs[#runs + 1] = f end
       runs[#runs + 1] = rec
       res.node_runs = runs
     end
@@ -198,13 +213,17 @@ local function load_branch(name, opts)
   return registry.load(name)
 end
 
-local function node_opts(node)
+local function node_opts(node, timeouts)
   local o = { policy = node.policy }
-  if type(node.timeout) == "number" then o.timeout = node.timeout + _M.timeout_grace end
+  if timeouts and type(node.timeout) == "number" then o.timeout = node.timeout + _M.timeout_grace end
   return o
 end
 
--- build{checkpointer, recursion_limit, nodes = {name = module}} -> compiled graph.
+-- build{checkpointer, recursion_limit, node_timeouts, nodes} -> compiled graph.
+-- Every adapter bounds its own requests with its HTTP timeout (node.timeout
+-- unless configured), and the LLM client has its own; the engine's per-node
+-- timeout (node.timeout + timeout_grace) is on top, unless node_timeouts =
+-- false.
 -- `nodes` replaces node modules by name (same contract: name, policy,
 -- timeout, run).
 function _M.build(opts)
@@ -212,19 +231,20 @@ function _M.build(opts)
   if type(opts) ~= "table" then
     error("bad argument #1 to 'build': options table expected, got " .. type(opts), 2)
   end
+  local timeouts = opts.node_timeouts ~= false
   local g = mg.graph(_M.schema())
   local intent = opts.nodes and opts.nodes.intent or require "nodes.intent"
-  g:add_node("intent", wrap("intent", intent.run, false), node_opts(intent))
+  g:add_node("intent", wrap("intent", intent.run, false), node_opts(intent, timeouts))
   local targets = {}
   for _, name in ipairs(_M.branch_nodes) do
     local node = load_branch(name, opts)
-    g:add_node(name, wrap(name, node.run, true), node_opts(node))
+    g:add_node(name, wrap(name, node.run, true), node_opts(node, timeouts))
     g:add_edge(name, "aggregator")
     if name ~= "clarify" then targets[#targets + 1] = name end
   end
   for _, name in ipairs({ "aggregator", "answer", "feedback", "summarize" }) do
     local node = opts.nodes and opts.nodes[name] or require("nodes." .. name)
-    g:add_node(name, wrap(name, node.run, false), node_opts(node))
+    g:add_node(name, wrap(name, node.run, false), node_opts(node, timeouts))
   end
   g:add_edge(mg.START, "intent")
   g:add_conditional_edges("intent", fan_out, targets)

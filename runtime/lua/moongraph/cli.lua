@@ -17,7 +17,6 @@ usage: moongraph COMMAND [ARGS...]
   run FILE [ARGS...]   run a Lua script (global `arg` as in lua)
   -e CODE              run a Lua chunk
   repl [FILE]          interactive prompt (runs FILE first when given)
-  demo                 run the main job on its embedded defaults
   --version            print the version
   help                 this text
 ]]

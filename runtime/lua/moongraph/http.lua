@@ -139,6 +139,10 @@ local function prepare(opts)
     error("bad argument #1 to 'request': follow_redirects must be a boolean or a count", 3)
   end
 
+  local method = opts.method
+  if opts.query == nil and opts.json == nil and (method == nil or method == string_upper(method)) then
+    return opts   -- nothing to rewrite: core.http reads the same fields
+  end
   local url = opts.url
   if opts.query then
     local qs = encode_query(opts.query)
@@ -210,6 +214,7 @@ function _M.request(opts)
 end
 
 local function with(opts, fields)
+  if opts == nil then return fields end
   local o = {}
   if opts ~= nil then
     if type(opts) ~= "table" then

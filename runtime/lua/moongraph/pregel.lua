@@ -360,9 +360,10 @@ local function run_tasks(R, tasks, results)
   local q = r.queue()
   local handles = {}
   local guard <close> = setmetatable({}, { __close = function() cancel_rest(handles) end })
+  local obs = R.obs
   for i = 1, n do
     if results[i] == nil then
-      on_start(R, tasks[i])
+      if obs then on_start(R, tasks[i]) end
       handles[i] = r.spawn(worker, R, tasks[i], i, results, q)
     end
   end
@@ -372,14 +373,16 @@ local function run_tasks(R, tasks, results)
     local i = q:get()
     done[i] = true
     local res = results[i]
-    on_finish(R, tasks[i], res)
+    if obs then on_finish(R, tasks[i], res) end
     if res.status == "error" then fatal = res.error break end
   end
   if fatal then
     -- fail_close: stop the siblings still running; keep what finished
     cancel_rest(handles)
-    for i in pairs(handles) do
-      if results[i] ~= nil and not done[i] then on_finish(R, tasks[i], results[i]) end
+    if obs then
+      for i in pairs(handles) do
+        if results[i] ~= nil and not done[i] then on_finish(R, tasks[i], results[i]) end
+      end
     end
   end
   return fatal
@@ -1051,7 +1054,10 @@ local function start(R, input, cfg, resume_cmd)
     local res = { status = "done" }
     err = executor.add_targets(R, res, cmd.to, nil, "Command.to")
     if err then return nil, err end
-    local pulls = res.route or {}
+    local pulls, seen = {}, {}
+    for _, name in ipairs(res.route or {}) do
+      if not seen[name] then seen[name] = true; pulls[#pulls + 1] = name end
+    end
     table_sort(pulls)
     plan = _M.make_plan(R.step + 1, pulls, res.sends, R.obs)
   else
@@ -1066,7 +1072,6 @@ local function start(R, input, cfg, resume_cmd)
   return loop(R, plan, nil, nil, false)
 end
 
---[[ run(app, input, cfg, sink) -> values | nil, err : the root of a run. ]]
 -- Run contexts of plain runs (no saver, stream or trace) are recycled per
 -- graph: a run costs no context table, ctx table or result buffer.
 local POOL_MAX = 8
@@ -1092,9 +1097,12 @@ local function release(R)
   R.cfg, R.values, R.barriers, R.deferred = nil, nil, nil, nil
   if R.rbuf then R.rbuf[1] = nil end
   if R.ctx then R.ctx._t = nil end
+  if R.res then R.res.update = nil end
   if #pool < POOL_MAX then pool[#pool + 1] = R end
 end
 
+--[[ run(app, input, cfg, sink) -> values | nil, err : the root of a run.
+sink: nil, or the stream's {modes = {mode = true}, put = function(event)}. ]]
 function _M.run(app, input, cfg, sink)
   local trace = cfg.trace and require("moongraph.trace").new(cfg.trace, runtime().now) or nil
   if not (sink or trace or app.checkpointer) then

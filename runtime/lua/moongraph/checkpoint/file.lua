@@ -3,8 +3,8 @@ moongraph.checkpoint.file — the embedded durable checkpoint saver.
 
 One directory per thread, one per namespace inside it, readable JSON files:
 
-  <dir>/<thread>/<ns>/<checkpoint_id>.json              checkpoint + metadata + parent
-  <dir>/<thread>/<ns>/<checkpoint_id>.writes/<task>.json  pending writes of one task
+  <dir>/<thread>/<ns>/<checkpoint_id>.json                checkpoint + metadata + parent
+  <dir>/<thread>/<ns>/<checkpoint_id>.<task>.writes.json  pending writes of one task
 
 The root namespace is the directory `root`; other names (thread ids,
 subgraph namespaces, task ids) are percent-encoded to stay single, safe path
@@ -18,8 +18,8 @@ Implements the saver interface described in docs/checkpoints.md.
 
 local type, pairs, ipairs, pcall, error, tostring, tonumber, setmetatable =
   type, pairs, ipairs, pcall, error, tostring, tonumber, setmetatable
-local string_format, string_gsub, string_byte, string_sub, string_find =
-  string.format, string.gsub, string.byte, string.sub, string.find
+local string_format, string_gsub, string_byte, string_sub, string_match =
+  string.format, string.gsub, string.byte, string.sub, string.match
 local table_sort = table.sort
 
 local json = require "moongraph.checkpoint.json"
@@ -116,27 +116,36 @@ function saver:put_writes(cfg, task_id, writes)
   local list, err = common.encode_writes(task_id, writes, true)
   if not list then return nil, err end
   local data = '{\n"task_id": ' .. json.encode(task_id) .. ',\n"writes": ' .. list .. "\n}\n"
-  local d = ns_dir(self, cfg) .. "/" .. component(cfg.checkpoint_id) .. ".writes"
   local ok
-  ok, err = write(self, d, component(task_id) .. ".json", data)
+  ok, err = write(self, ns_dir(self, cfg),
+    component(cfg.checkpoint_id) .. "." .. component(task_id) .. ".writes.json", data)
   if not ok then return nil, err end
   return true
 end
 
--- sorted checkpoint ids of a namespace directory
-local function ids(dir)
+-- A namespace directory -> sorted checkpoint ids, and the names of the
+-- pending-write files of each checkpoint (sorted: by task id). Temporary
+-- files of interrupted writes do not end in .json and are skipped.
+local function scan(dir)
   local names, err, code = S().list(dir)
   if not names then
-    if code == "ENOENT" then return {} end
+    if code == "ENOENT" then return {}, {} end
     return nil, err
   end
-  local out = {}
+  local out, writes = {}, {}
   for _, n in ipairs(names) do
-    local base = string.match(n, "^(.*)%.json$")
-    if base then out[#out + 1] = decode_component(base) end
+    local id, rest = string_match(n, "^([^.]+)%.(.*)$")
+    if rest == "json" then
+      out[#out + 1] = decode_component(id)
+    elseif rest and string_match(rest, "^[^.]+%.writes%.json$") then
+      id = decode_component(id)
+      local l = writes[id]
+      if not l then l = {}; writes[id] = l end
+      l[#l + 1] = n
+    end
   end
   table_sort(out)
-  return out
+  return out, writes
 end
 
 local function read_json(path)
@@ -147,7 +156,7 @@ local function read_json(path)
   return v
 end
 
-local function tuple(self, cfg, id)
+local function tuple(self, cfg, id, write_files)
   local dir = ns_dir(self, cfg)
   local file, err, code = read_json(dir .. "/" .. component(id) .. ".json")
   if not file then
@@ -155,19 +164,10 @@ local function tuple(self, cfg, id)
     return nil, err
   end
   local pending = {}
-  local wdir = dir .. "/" .. component(id) .. ".writes"
-  local names, lerr, lcode = S().list(wdir)
-  if not names and lcode ~= "ENOENT" then return nil, lerr end
-  if names then
-    local files = {}
-    for _, n in ipairs(names) do
-      if string_sub(n, -5) == ".json" and not string_find(n, ".tmp.", 1, true) then
-        files[#files + 1] = n
-      end
-    end
-    table_sort(files)
-    for _, n in ipairs(files) do
-      local w, werr = read_json(wdir .. "/" .. n)
+  if write_files then
+    table_sort(write_files)
+    for _, n in ipairs(write_files) do
+      local w, werr = read_json(dir .. "/" .. n)
       if not w then return nil, werr end
       for _, pair in ipairs(w.writes or {}) do
         pending[#pending + 1] = { w.task_id, pair[1], pair[2] }
@@ -187,26 +187,23 @@ end
 
 function saver:get(cfg)
   common.check_cfg(cfg, "get")
-  local id = cfg.checkpoint_id
-  if not id then
-    local list, err = ids(ns_dir(self, cfg))
-    if not list then return nil, err end
-    id = list[#list]
-    if not id then return nil end
-  end
-  return tuple(self, cfg, id)
+  local list, writes = scan(ns_dir(self, cfg))
+  if not list then return nil, writes end
+  local id = cfg.checkpoint_id or list[#list]
+  if not id then return nil end
+  return tuple(self, cfg, id, writes[id])
 end
 
 function saver:list(cfg, opts)
   common.check_cfg(cfg, "list")
   local limit, before = common.list_opts(opts)
-  local list, err = ids(ns_dir(self, cfg))
-  if not list then return nil, err end
+  local list, writes = scan(ns_dir(self, cfg))
+  if not list then return nil, writes end
   local out = {}
   for i = #list, 1, -1 do
     local id = list[i]
     if before == nil or id < before then
-      local t, terr = tuple(self, cfg, id)
+      local t, terr = tuple(self, cfg, id, writes[id])
       if terr then return nil, terr end
       if t then out[#out + 1] = t end
       if limit and #out >= limit then break end
