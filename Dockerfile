@@ -9,7 +9,8 @@
 # installs) except the ones only the test suite uses, then `make` as in the
 # README. spec/worker_deploy_spec.lua checks that the lists stay in step.
 #
-#   test-only (not installed here): lua-busted redis-server postgresql
+#   test-only (not installed here): lua-busted redis-server postgresql libssl-dev
+#   (libssl-dev builds the specs' HTTPS test server, which the image does not need)
 
 FROM debian:12-slim AS build
 ENV DEBIAN_FRONTEND=noninteractive
