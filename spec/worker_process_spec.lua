@@ -88,6 +88,14 @@ describe("moongraph worker", function()
       local msgs = assert(db:query("SELECT role, turn FROM messages WHERE thread_id = 'conv-1' ORDER BY id"))
       assert.equal(4, #msgs)
       assert.equal(1, count(ev2, "done"))
+      -- a new conversation of the same user starts from the user's profile
+      local j3 = assert(c:submit { thread_id = "conv-2", user_id = "u-1", message = "근처 수거함 어디 있어?" })
+      events_of(c, j3)
+      local r3 = assert(results.get(db, j3))
+      assert.equal(1, r3.state.turn)
+      assert.equal("서울특별시 강남구", r3.state.user_location)
+      local prof = assert(db:query("SELECT turns, last_intent FROM user_profiles WHERE user_id = 'u-1'"))[1]
+      assert.equal(3, prof.turns)
       -- acknowledged and deleted: nothing left in the stream or pending
       assert.equal(0, r:call("XLEN", "moongraph:jobs"))
       assert.equal(0, r:call("XPENDING", "moongraph:jobs", "moongraph")[1])
