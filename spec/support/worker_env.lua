@@ -158,9 +158,10 @@ end
 local Env = {}
 Env.__index = Env
 
+-- The workers' default saver (cached: Postgres behind a Redis cache) when
+-- this build has it, else files in the environment's directory.
 local saver_kind = function(dir)
-  local ok, f = pcall(function() return require("moongraph.checkpoint").cached end)
-  if ok and type(f) == "function" then return "cached" end
+  if pcall(require, "moongraph.checkpoint.cached") then return "cached" end
   return "file:" .. dir .. "/checkpoints"
 end
 

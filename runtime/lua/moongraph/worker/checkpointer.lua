@@ -27,9 +27,12 @@ function _M.thread(job_id)
   return "job:" .. job_id
 end
 
+-- The constructor mg.checkpoint.<name>, or moongraph.checkpoint.<name>.new.
 local function need(name)
   local ok, f = pcall(function() return checkpoint[name] end)
   if ok and type(f) == "function" then return f end
+  local mok, mod = pcall(require, "moongraph.checkpoint." .. name)
+  if mok and type(mod) == "table" and type(mod.new) == "function" then return mod.new end
   return nil, "this build has no " .. name .. " checkpoint saver (moongraph.checkpoint." .. name .. ")"
 end
 

@@ -4,9 +4,10 @@
 --   local applied, err = migrations.migrate(db)   -- { {version=, name=}, ... } newly applied
 --
 -- Each migration runs once, in version order, inside one transaction that
--- also records it in moongraph_migrations; a transaction-scoped advisory
--- lock makes workers that start together apply them one at a time (the
--- others wait, then find nothing left to do). A new schema change is a new
+-- also records it in moongraph_worker_migrations (a table of its own: the
+-- Postgres checkpoint saver keeps its versions in moongraph_migrations); a
+-- transaction-scoped advisory lock makes workers that start together apply
+-- them one at a time (the others wait, then find nothing left to do). A new schema change is a new
 -- entry at the end of the list; applied entries are never edited.
 
 local ipairs, tostring = ipairs, tostring
@@ -79,13 +80,13 @@ function _M.migrate(db)
     local ok, err = tx:query("SELECT pg_advisory_xact_lock($1)", { _M.LOCK_KEY })
     if not ok then error("migrations: cannot take the lock: " .. tostring(err), 0) end
     ok, err = tx:exec([[
-CREATE TABLE IF NOT EXISTS moongraph_migrations (
+CREATE TABLE IF NOT EXISTS moongraph_worker_migrations (
   version    integer PRIMARY KEY,
   name       text NOT NULL,
   applied_at timestamptz NOT NULL DEFAULT now()
 )]])
     if not ok then error("migrations: " .. tostring(err), 0) end
-    local rows, qerr = tx:query("SELECT version FROM moongraph_migrations")
+    local rows, qerr = tx:query("SELECT version FROM moongraph_worker_migrations")
     if not rows then error("migrations: " .. tostring(qerr), 0) end
     local have = {}
     for _, r in ipairs(rows) do have[r.version] = true end
@@ -96,7 +97,7 @@ CREATE TABLE IF NOT EXISTS moongraph_migrations (
         if not ok then
           error(("migration %d (%s) failed: %s"):format(m.version, m.name, tostring(err)), 0)
         end
-        ok, err = tx:query("INSERT INTO moongraph_migrations (version, name) VALUES ($1, $2)",
+        ok, err = tx:query("INSERT INTO moongraph_worker_migrations (version, name) VALUES ($1, $2)",
           { m.version, m.name })
         if not ok then error("migrations: " .. tostring(err), 0) end
         applied[#applied + 1] = { version = m.version, name = m.name }
@@ -109,7 +110,7 @@ end
 -- The highest applied version, or 0.
 function _M.current(db)
   local rows, err = db:query([[
-SELECT coalesce(max(version), 0) AS v FROM moongraph_migrations]])
+SELECT coalesce(max(version), 0) AS v FROM moongraph_worker_migrations]])
   if not rows then
     if tostring(err):find("does not exist", 1, true) then return 0 end
     return nil, err
