@@ -12,7 +12,9 @@
 --
 -- For 1, 2 and 3 workers at concurrency 64 each: jobs per second (from the
 -- first submit to the last stored result) and, per worker, the peak RSS
--- above its idle RSS divided by its peak number of jobs in flight. The
+-- above its idle RSS divided by its peak number of jobs in flight, and the
+-- workers' CPU time per job (a figure other load on the machine does not
+-- change much, unlike jobs per second). The
 -- checkpointer is CHECKPOINT (default: cached when this build has it, else
 -- file:<tmp>) with DURABILITY (default sync, the worker's default);
 -- BENCH_MAX_WORKERS=1 stops after the one-worker figure.
@@ -36,6 +38,19 @@ local QUESTIONS = {
   "종이 어떻게 버려?", "페트병은 어떻게 분리배출해?", "스티로폼 버리는 법",
   "유리병 분리수거 방법", "캔은 어떻게 버려?", "우유팩은 어디에 버려?",
 }
+
+-- CPU seconds (user + system) the process has used.
+local function cpu_seconds(pid)
+  local f = io.open("/proc/" .. pid .. "/stat")
+  if not f then return 0 end
+  local line = f:read("l")
+  f:close()
+  local rest = line:match("%) (.*)$")
+  local fields = {}
+  for w in rest:gmatch("%S+") do fields[#fields + 1] = w end
+  -- after the command: state is field 3, utime 14, stime 15 (1-based in stat)
+  return (tonumber(fields[12]) + tonumber(fields[13])) / 100
+end
 
 local function status_kb(pid, name)
   local f = io.open("/proc/" .. pid .. "/status")
@@ -94,9 +109,13 @@ local function run_config(env, srv, nworkers)
     wenv.eventually("warm-up", 60, function()
       return db:query("SELECT count(*)::int AS n FROM job_results")[1].n >= nworkers * 2
     end)
-    local idle = {}
-    for i, w in ipairs(workers) do idle[i] = status_kb(w.pid, "VmRSS") end
+    local idle, cpu0 = {}, {}
+    for i, w in ipairs(workers) do
+      idle[i] = status_kb(w.pid, "VmRSS")
+      cpu0[i] = cpu_seconds(w.pid)
+    end
     assert(db:exec("TRUNCATE job_results"))
+    local load = (io.open("/proc/loadavg"):read("l") or ""):match("^(%S+)")
     local t0 = mg.now()
     local peak_inflight = {}
     for i = 1, n do
@@ -118,12 +137,13 @@ local function run_config(env, srv, nworkers)
     local per = {}
     for i, w in ipairs(workers) do
       local peak = status_kb(w.pid, "VmHWM")
-      per[i] = { idle = idle[i], peak = peak, inflight = peak_inflight[i] or 0 }
+      per[i] = { idle = idle[i], peak = peak, inflight = peak_inflight[i] or 0,
+                 cpu = cpu_seconds(w.pid) - cpu0[i] }
     end
     assert(db:exec("TRUNCATE job_results, messages, conversations, user_profiles"))
     r:call("FLUSHALL")
     assert(r:call("XGROUP", "CREATE", "moongraph:jobs", "moongraph", "0", "MKSTREAM"))
-    return { n = n, elapsed = elapsed, failed = failed, per = per }
+    return { n = n, elapsed = elapsed, failed = failed, per = per, load = load }
   end)
   for _, w in ipairs(workers) do
     w:signal("TERM")
@@ -144,11 +164,15 @@ local ok, err = pcall(function()
   for nworkers = 1, tonumber(os.getenv("BENCH_MAX_WORKERS") or 3) do
     local res = run_config(env, srv, nworkers)
     local rss = {}
+    local cpu = 0
     for i, p in ipairs(res.per) do
       local per_job = p.inflight > 0 and (p.peak - p.idle) / p.inflight or 0
       rss[i] = string.format("w%d idle %.1f MiB, peak %.1f MiB, peak in flight %d, %.0f KiB/job",
         i, p.idle / 1024, p.peak / 1024, p.inflight, per_job)
+      cpu = cpu + p.cpu
     end
+    rss[#rss + 1] = string.format("worker CPU %.1f ms per job; load average before the run %s",
+      cpu * 1000 / res.n, res.load)
     print(string.format("%d worker%s: %d jobs in %.2f s = %.1f jobs/s%s", nworkers, nworkers > 1 and "s" or " ",
       res.n, res.elapsed, res.n / res.elapsed, res.failed > 0 and (" (" .. res.failed .. " not answered)") or ""))
     for _, l in ipairs(rss) do print("    " .. l) end

@@ -46,16 +46,21 @@ end
 
 -- open(kind, ctx) -> saver | nil, err
 -- ctx: redis_url, pg_url, cache_ttl (seconds a checkpoint stays in the
--- Redis cache of `cached`, default 3600, as in the seeds).
+-- Redis cache of `cached`, default 3600, as in the seeds), concurrency (the
+-- jobs run at once: sizes the Postgres saver's pool and its cache of
+-- unchanged state values, which should hold every running job's thread).
 function _M.open(kind, ctx)
   if type(kind) ~= "string" then return nil, "checkpoint kind expected" end
   if kind == "memory" then return checkpoint.memory() end
   local dir = kind:match("^file:(.+)$")
   if dir then return checkpoint.file(dir) end
+  local n = ctx.concurrency or 16
+  local pg_opts = { pool_size = math.min(16, math.max(4, math.ceil(n / 4))),
+                    cache_threads = math.max(64, 2 * n) }
   if kind == "postgres" then
     local f, err = need("postgres")
     if not f then return nil, err end
-    return make(f, ctx.pg_url)
+    return make(f, ctx.pg_url, pg_opts)
   elseif kind == "redis" then
     local f, err = need("redis")
     if not f then return nil, err end
@@ -69,7 +74,7 @@ function _M.open(kind, ctx)
     if not fc then return nil, err3 end
     local l1, e1 = make(fr, ctx.redis_url, { ttl = ctx.cache_ttl or 3600 })
     if not l1 then return nil, e1 end
-    local l2, e2 = make(fp, ctx.pg_url)
+    local l2, e2 = make(fp, ctx.pg_url, pg_opts)
     if not l2 then return nil, e2 end
     return make(fc, l1, l2)
   end

@@ -122,7 +122,8 @@ function W:start()
     log:info("migration applied", { version = m.version, name = m.name })
   end
   local saver
-  saver, err = checkpointer.open(cfg.checkpoint, { redis_url = cfg.redis, pg_url = cfg.pg })
+  saver, err = checkpointer.open(cfg.checkpoint, {
+    redis_url = cfg.redis, pg_url = cfg.pg, concurrency = cfg.concurrency })
   if not saver then return nil, "checkpointer: " .. tostring(err) end
   self.saver = saver
   self.scripts = scriptsm.new(cfg.scripts, saver)
