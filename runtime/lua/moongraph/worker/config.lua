@@ -6,8 +6,8 @@
 --
 -- Every duration is seconds (a float); counts are integers.
 
-local type, tonumber, tostring, ipairs, pairs, math_type =
-  type, tonumber, tostring, ipairs, pairs, math.type
+local type, tonumber, tostring, ipairs, pairs =
+  type, tonumber, tostring, ipairs, pairs
 local format = string.format
 
 local _M = {}
