@@ -219,16 +219,27 @@ describe("moongraph worker", function()
     end)
   end)
 
-  for _, how in ipairs { "TERM with a short grace", "kill -9" } do
+  for _, how in ipairs { "TERM with a short grace", "a second SIGINT", "kill -9" } do
     it("after " .. how .. ", another worker resumes the job from its checkpoint", function()
-      local a = env:worker { "--script", STEPS, "--grace", "0.2", "--claim-idle", "1" }
+      local grace = how == "a second SIGINT" and "60" or "0.2"
+      local a = env:worker { "--script", STEPS, "--grace", grace, "--claim-idle", "1" }
       mg.run(function()
         a:wait_started()
         local r, db = env:conns()
         local c = assert(client.connect { redis = r })
         local id = assert(c:submit { thread_id = "t-resume", user_id = "u", message = "sleep=2 tokens=4" })
         wait_node_start(c, id, "slow")
-        if how == "kill -9" then a:kill() else a:signal("TERM"); a:wait(10) end
+        if how == "kill -9" then
+          a:kill()
+        elseif how == "a second SIGINT" then
+          a:signal("INT")
+          wenv.eventually("the drain to begin", 10, function() return a:logged("SIGINT: draining")[1] end)
+          a:signal("INT")
+          assert.equal(0, a:wait(10))
+        else
+          a:signal("TERM")
+          a:wait(10)
+        end
         local b = env:worker { "--script", STEPS, "--claim-idle", "1", "--claim-interval", "0.2" }
         local ev, done = events_of(c, id, 30)
         assert.equal("done", done.data.status)

@@ -16,10 +16,10 @@
 --              cancelled here (its new owner carries on)
 --   heartbeat  PREFIX:workers:<consumer> (JSON, expires after 3 beats), and
 --              the --metrics file
---   signals    SIGTERM: drain (stop reading, wait up to `grace` seconds for
---              the running jobs, release the rest for other workers);
---              a second SIGTERM stops at once. SIGHUP: reload the scripts
---              (running jobs keep the graph they started with).
+--   signals    SIGTERM or SIGINT: drain (stop reading, wait up to `grace`
+--              seconds for the running jobs, release the rest for other
+--              workers); a second one stops at once. SIGHUP: reload the
+--              scripts (running jobs keep the graph they started with).
 --
 -- There is no coordinator: the consumer group hands each job to one
 -- worker, Postgres (job_results keyed by job_id) makes its result unique,
@@ -318,15 +318,24 @@ function W:on_signals()
       mg.spawn(self.reload, self)
     end
   end)
-  self.tasks.term = mg.spawn(function()
-    signal.wait("TERM")
-    self.log:info("SIGTERM: draining", { inflight = self.inflight, grace = self.cfg.grace })
-    self:stop()
-    signal.wait("TERM")
-    self.log:warn("second SIGTERM: stopping now", { inflight = self.inflight })
-    self.force = true
-    self.freed:signal()
-  end)
+  -- SIGTERM and SIGINT drain; a second one (either) stops at once
+  local function stopper(name)
+    return function()
+      while true do
+        signal.wait(name)
+        if not self.stopping then
+          self.log:info("SIG" .. name .. ": draining", { inflight = self.inflight, grace = self.cfg.grace })
+          self:stop()
+        else
+          self.log:warn("second SIG" .. name .. ": stopping now", { inflight = self.inflight })
+          self.force = true
+          self.freed:signal()
+        end
+      end
+    end
+  end
+  self.tasks.term = mg.spawn(stopper("TERM"))
+  self.tasks.int = mg.spawn(stopper("INT"))
 end
 
 -- stop(): begin the drain (what SIGTERM does).
@@ -398,6 +407,11 @@ function W:run()
     self.log:error("worker could not start", { error = tostring(err) })
     return 1
   end
+  -- if this task is cancelled, take every task of the worker with it
+  local guard <close> = setmetatable({}, { __close = function()
+    for _, t in pairs(self.tasks) do cancel(t) end
+    for _, js in pairs(self.jobs) do cancel(js.task) end
+  end })
   self:on_signals()
   self.tasks.reader = mg.spawn(self.reader, self)
   self.tasks.reclaimer = mg.spawn(self.reclaimer, self)
@@ -407,6 +421,7 @@ function W:run()
   self:drain()
   cancel(self.tasks.hup)
   cancel(self.tasks.term)
+  cancel(self.tasks.int)
   if self.cfg.metrics == "-" then
     self.metrics_out:write(self.metrics:prometheus { worker = self.cfg.consumer })
     self.metrics_out:flush()
