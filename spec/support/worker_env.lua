@@ -222,9 +222,18 @@ end
 
 function Env:destroy()
   self:stop_all()
+  -- (outside any task: wait for the killed processes with plain sleeps)
+  for _ = 1, 100 do
+    local alive = false
+    for _, p in ipairs(self.procs) do alive = alive or p:running() end
+    if not alive then break end
+    os.execute("sleep 0.05")
+  end
   if self.redis then self.redis:destroy() end
   if self.pg then self.pg:destroy() end
-  os.execute("rm -rf " .. q(self.dir))
+  local dirs = { q(self.dir) }
+  for _, p in ipairs(self.procs) do dirs[#dirs + 1] = q(p.dir) end
+  os.execute("rm -rf " .. table.concat(dirs, " "))
 end
 
 -- Every job id of job_results -> row count, and the total.
