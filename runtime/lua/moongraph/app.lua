@@ -1,0 +1,356 @@
+--[[
+moongraph.app — a compiled graph: what g:compile{...} returns.
+
+  app:invoke(input, cfg)            -> final state | nil, err
+  app:stream(input, cfg)            -> iterator of events {mode, node, task_id, ns, step, data}
+  app:get_state(cfg)                -> snapshot
+  app:history(cfg [, {limit, before}]) -> snapshots, newest first
+  app:update_state(cfg, values [, as_node]) -> cfg of the new checkpoint
+  app:mermaid()  app:dot()          -> diagram source
+
+cfg: thread_id (required with a checkpointer), checkpoint_id (resume or fork
+from that checkpoint), recursion_limit, durability, modes (stream), trace
+(Chrome trace file path); the whole table is visible to nodes as ctx.config.
+
+Input: a table of state values starts a run (on a thread with history, on
+top of its last state); nil resumes the thread's pending run; mg.Command
+resumes interrupts and/or updates state and picks the next nodes.
+]]
+
+local type, pairs, ipairs, error, setmetatable, getmetatable, tostring, pcall, next =
+  type, pairs, ipairs, error, setmetatable, getmetatable, tostring, pcall, next
+local table_sort = table.sort
+
+local control = require "moongraph.control"
+
+local _M = {}
+local app = {}
+local app_mt = { __index = app, __name = "moongraph.CompiledGraph" }
+
+local pregel, render
+local function P()
+  pregel = pregel or require "moongraph.pregel"
+  return pregel
+end
+
+function _M.new(spec)
+  spec.cache = {}
+  for name in pairs(spec.nodes) do spec.cache[name] = {} end
+  return setmetatable(spec, app_mt)
+end
+
+function _M.is_app(v)
+  return getmetatable(v) == app_mt
+end
+
+local function check_cfg(cfg, fname)
+  if cfg == nil then return {} end
+  if type(cfg) ~= "table" then
+    error("bad argument #2 to '" .. fname .. "': config table expected, got " .. type(cfg), 3)
+  end
+  return cfg
+end
+
+-- Run fn inside a moongraph task: directly when already in one, else in a
+-- fresh mg.run (so plain scripts can call app:invoke at top level).
+local function in_task(fn, ...)
+  local rt = P().runtime()
+  if rt.current() then return fn(...) end
+  return rt.run(fn, ...)
+end
+
+local function invoke(self, input, cfg)
+  return P().run(self, input, cfg, nil)
+end
+
+function app:invoke(input, cfg)
+  cfg = check_cfg(cfg, "invoke")
+  if input ~= nil and type(input) ~= "table" then
+    error("bad argument #1 to 'invoke': input table, mg.Command or nil expected, got " .. type(input), 2)
+  end
+  if self.checkpointer and cfg.thread_id == nil then
+    error("bad argument #2 to 'invoke': thread_id is required: the graph has a checkpointer", 2)
+  end
+  return in_task(invoke, self, input, cfg)
+end
+
+local ALL_MODES = { "values", "updates", "messages", "custom", "tasks", "debug" }
+local DEFAULT_MODES = { values = true, updates = true, messages = true, custom = true }
+local known_modes = {}
+for _, m in ipairs(ALL_MODES) do known_modes[m] = true end
+
+local DONE = {}
+
+--[[ stream(input, cfg) -> iterator
+Runs the graph in its own task and yields its events as they happen. cfg.modes
+selects the modes (a list or a single name; default values, updates,
+messages, custom). A failed run raises its error from the iterator once the
+events before the failure are consumed. Leaving the loop early cancels the
+run. ]]
+function app:stream(input, cfg)
+  cfg = check_cfg(cfg, "stream")
+  if input ~= nil and type(input) ~= "table" then
+    error("bad argument #1 to 'stream': input table, mg.Command or nil expected, got " .. type(input), 2)
+  end
+  if self.checkpointer and cfg.thread_id == nil then
+    error("bad argument #2 to 'stream': thread_id is required: the graph has a checkpointer", 2)
+  end
+  local modes = DEFAULT_MODES
+  if cfg.modes ~= nil then
+    local list = cfg.modes
+    if type(list) == "string" then list = { list } end
+    if type(list) ~= "table" then
+      error("bad argument #2 to 'stream': modes must be a list of mode names", 2)
+    end
+    modes = {}
+    for _, m in ipairs(list) do
+      if not known_modes[m] then
+        error("bad argument #2 to 'stream': unknown mode '" .. tostring(m) ..
+          "' (expected values, updates, messages, custom, tasks, debug)", 2)
+      end
+      modes[m] = true
+    end
+  end
+  local rt = P().runtime()
+  if not rt.current() then
+    error("app:stream must be called inside a moongraph task (mg.run, mg.spawn or the CLI)", 2)
+  end
+  local q = rt.queue()
+  local sink = { modes = modes, put = function(ev) q:put(ev) end }
+  local failure = nil
+  local task = rt.spawn(function()
+    local ok, values, err = pcall(P().run, self, input, cfg, sink)
+    if not ok then failure = values
+    elseif values == nil then failure = err end
+    q:put(DONE)
+  end)
+  local finished = false
+  local function iter()
+    if finished then return nil end
+    local ev = q:get()
+    if ev == DONE or ev == nil then
+      finished = true
+      if failure ~= nil then error(failure, 0) end
+      return nil
+    end
+    return ev
+  end
+  local closer = setmetatable({}, { __close = function()
+    if not task:done() then task:cancel() end
+  end })
+  return iter, nil, nil, closer
+end
+
+---------------------------------------------------------------------------
+-- state inspection
+
+local function need_saver(self, cfg, fname)
+  if not self.checkpointer then
+    error(fname .. " needs a checkpointer: compile the graph with {checkpointer = ...}", 3)
+  end
+  if cfg.thread_id == nil then
+    error("bad argument #1 to '" .. fname .. "': thread_id is required", 3)
+  end
+end
+
+local function snapshot(self, tup, cfg)
+  if not tup then
+    return { values = {}, next = {}, tasks = {}, interrupts = {},
+      config = { thread_id = cfg.thread_id, checkpoint_ns = cfg.checkpoint_ns or "" } }
+  end
+  local p = P()
+  local cp = tup.checkpoint
+  local by = p.group_writes(tup)
+  local next_names, tasks, interrupts = {}, {}, {}
+  local prefix = ((cp.step or -1) + 1) .. ":"
+  for i, e in ipairs(cp.next or {}) do
+    local id = prefix .. e.node .. (e.send and ("#" .. e.send) or "")
+    next_names[i] = e.node
+    local task = { id = id, name = e.node, send = e.send, arg = e.arg }
+    local w = by[id]
+    if w then
+      local res, finished = p.from_writes(w)
+      if finished then
+        task.result = res.update or {}
+      elseif res.status == "interrupt" then
+        task.interrupts = res.interrupts
+        for _, it in ipairs(res.interrupts) do interrupts[#interrupts + 1] = it end
+      elseif res.status == "error" then
+        task.error = res.error
+      end
+    end
+    tasks[i] = task
+  end
+  if by.__breakpoint__ then
+    local res = p.from_writes(by.__breakpoint__)
+    for _, it in ipairs(res.interrupts or {}) do interrupts[#interrupts + 1] = it end
+  end
+  return {
+    values = cp.values or {},
+    next = next_names,
+    tasks = tasks,
+    interrupts = interrupts,
+    step = cp.step,
+    config = tup.config,
+    parent_config = tup.parent_config,
+    metadata = tup.metadata,
+    created_at = cp.ts,
+  }
+end
+
+local function get_state(self, cfg)
+  local ok, tup, err = pcall(self.checkpointer.get, self.checkpointer, cfg)
+  if not ok then return nil, "checkpointer get failed: " .. tostring(tup) end
+  if tup == nil and err then return nil, err end
+  return snapshot(self, tup, cfg)
+end
+
+--[[ get_state(cfg) -> snapshot | nil, err
+snapshot: values, next (node names), tasks ({id, name, send, result|error|
+interrupts}), interrupts (pending, flattened), step, config, parent_config,
+metadata, created_at. cfg.checkpoint_id selects a past checkpoint and
+cfg.checkpoint_ns a subgraph's namespace. ]]
+function app:get_state(cfg)
+  cfg = check_cfg(cfg, "get_state")
+  need_saver(self, cfg, "get_state")
+  return in_task(get_state, self, cfg)
+end
+
+local function history(self, cfg, opts)
+  local ok, list, err = pcall(self.checkpointer.list, self.checkpointer, cfg, opts)
+  if not ok then return nil, "checkpointer list failed: " .. tostring(list) end
+  if list == nil then return nil, err end
+  local out = {}
+  for i, tup in ipairs(list) do out[i] = snapshot(self, tup, cfg) end
+  return out
+end
+
+--[[ history(cfg [, {limit=, before=}]) -> list of snapshots, newest first ]]
+function app:history(cfg, opts)
+  cfg = check_cfg(cfg, "history")
+  need_saver(self, cfg, "history")
+  if opts ~= nil and type(opts) ~= "table" then
+    error("bad argument #2 to 'history': options table expected, got " .. type(opts), 2)
+  end
+  return in_task(history, self, cfg, opts or {})
+end
+
+local function update_state(self, cfg, values, as_node)
+  local p = P()
+  local R = p.new_run(self, cfg, nil, cfg.checkpoint_ns or "")
+  R.io.mode = "sync"
+  R.exit = nil
+  local saver = self.checkpointer
+  local ok, tup, err = pcall(saver.get, saver, cfg)
+  if not ok then return nil, "checkpointer get failed: " .. tostring(tup) end
+  if tup == nil and err then return nil, err end
+  if cfg.checkpoint_id and not tup then
+    return nil, "checkpoint '" .. tostring(cfg.checkpoint_id) .. "' not found"
+  end
+  local lok, latest = pcall(saver.get, saver, { thread_id = cfg.thread_id, checkpoint_ns = R.ns })
+  R.last_id = lok and latest and latest.checkpoint.id or nil
+  local base_next = {}
+  if tup then
+    local cp = tup.checkpoint
+    R.values, R.step, R.cp_id, R.saved_id = cp.values or {}, cp.step or -1, cp.id, cp.id
+    base_next = cp.next or {}
+    if cp.barriers then
+      R.barriers = {}
+      for k, l in pairs(cp.barriers) do
+        local set = {}
+        for _, s in ipairs(l) do set[s] = true end
+        R.barriers[k] = set
+      end
+    end
+    if cp.deferred then
+      R.deferred = {}
+      for _, n in ipairs(cp.deferred) do R.deferred[n] = true end
+    end
+  end
+  local aok, v = pcall(p.apply_input, R, R.values, values or {})
+  if not aok then return nil, tostring(v) end
+  R.values = v
+  local plan
+  if as_node == nil then
+    plan = {}
+    for i, e in ipairs(base_next) do
+      plan[i] = { node = e.node, send = e.send, arg = e.arg }
+    end
+  elseif as_node == control.END then
+    plan = {}
+  elseif as_node == control.START then
+    plan = p.plan_start(R)
+  else
+    local spec = self.nodes[as_node]
+    local res = { status = "done" }
+    local executor = require "moongraph.executor"
+    if spec.branches[1] then
+      local rerr = executor.route(R, spec, R.values, res, {
+        node = as_node, config = cfg, ns = R.ns, step = R.step + 1 })
+      if rerr then return nil, rerr end
+    end
+    local pulls, seen = {}, {}
+    local function add(n)
+      if n ~= control.END and not seen[n] then seen[n] = true; pulls[#pulls + 1] = n end
+    end
+    for _, e in ipairs(spec.edges) do add(e) end
+    for _, j in ipairs(spec.joins) do
+      R.barriers = R.barriers or {}
+      local b = R.barriers[j.key] or {}
+      R.barriers[j.key] = b
+      b[as_node] = true
+      local all = true
+      for _, s in ipairs(j.sources) do if not b[s] then all = false end end
+      if all then R.barriers[j.key] = nil; add(j.target) end
+    end
+    for _, n in ipairs(res.route or {}) do add(n) end
+    table_sort(pulls)
+    plan = p.make_plan(R.step + 2, pulls, res.sends)
+  end
+  R.step = R.step + 1
+  p.save_checkpoint(R, plan, "update", { as_node })
+  if R.io.err then return nil, R.io.err end
+  if as_node == nil and tup and next(base_next) then
+    local by = p.group_writes(tup)
+    if by.__breakpoint__ then
+      local ok2, e2 = pcall(saver.put_writes, saver, {
+        thread_id = cfg.thread_id, checkpoint_ns = R.ns, checkpoint_id = R.cp_id,
+      }, "__breakpoint__", by.__breakpoint__)
+      if not ok2 then return nil, tostring(e2) end
+    end
+  end
+  return { thread_id = cfg.thread_id, checkpoint_ns = R.ns, checkpoint_id = R.cp_id }
+end
+
+--[[ update_state(cfg, values [, as_node]) -> cfg of the new checkpoint | nil, err
+Writes `values` through the reducers as if node `as_node` had returned them
+and saves a new checkpoint (metadata.source = "update"). With as_node, the
+next nodes are the ones as_node's edges and routers lead to; without it, the
+checkpoint's planned nodes stay. mg.START as as_node restarts from the entry
+edges; mg.END ends the run. ]]
+function app:update_state(cfg, values, as_node)
+  cfg = check_cfg(cfg, "update_state")
+  need_saver(self, cfg, "update_state")
+  if values ~= nil and type(values) ~= "table" then
+    error("bad argument #2 to 'update_state': table of state values expected, got " .. type(values), 2)
+  end
+  if as_node ~= nil and as_node ~= control.START and as_node ~= control.END and not self.nodes[as_node] then
+    error("bad argument #3 to 'update_state': unknown node '" .. tostring(as_node) .. "'", 2)
+  end
+  return in_task(update_state, self, cfg, values, as_node)
+end
+
+---------------------------------------------------------------------------
+-- rendering
+
+function app:mermaid()
+  render = render or require "moongraph.render"
+  return render.mermaid(self)
+end
+
+function app:dot()
+  render = render or require "moongraph.render"
+  return render.dot(self)
+end
+
+return _M

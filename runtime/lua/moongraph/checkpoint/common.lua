@@ -1,0 +1,66 @@
+--[[
+moongraph.checkpoint.common — argument checks shared by the savers.
+]]
+
+local type, error, tostring = type, error, tostring
+local table_concat = table.concat
+
+local json = require "moongraph.checkpoint.json"
+
+local _M = {}
+
+--[[ encode_writes(task_id, writes [, indent]) -> JSON array text | nil, err
+Each {channel, value} pair is encoded on its own so that an error names the
+channel and the task ("write to 'f' by task 3:a is a function, ..."). ]]
+function _M.encode_writes(task_id, writes, indent)
+  if type(writes) ~= "table" then
+    error("bad argument #3 to 'put_writes': list of {channel, value} expected, got " .. type(writes), 3)
+  end
+  local parts = {}
+  for i = 1, #writes do
+    local pair = writes[i]
+    if type(pair) ~= "table" or type(pair[1]) ~= "string" then
+      error("bad argument #3 to 'put_writes': write " .. i .. " is not a {channel, value} pair", 3)
+    end
+    local v, err = json.encode(pair[2], { name = "write to '" .. pair[1] .. "' by task " .. task_id })
+    if not v then return nil, err end
+    parts[i] = "[" .. json.encode(pair[1]) .. "," .. v .. "]"
+  end
+  local sep = indent and ",\n  " or ","
+  return "[" .. (indent and "\n  " or "") .. table_concat(parts, sep) .. (indent and "\n]" or "]")
+end
+
+function _M.check_cfg(cfg, fname)
+  if type(cfg) ~= "table" then
+    error("bad argument #1 to '" .. fname .. "': config table expected, got " .. type(cfg), 3)
+  end
+  if cfg.thread_id == nil then
+    error("bad argument #1 to '" .. fname .. "': config.thread_id is required", 3)
+  end
+  if type(cfg.thread_id) ~= "string" then cfg.thread_id = tostring(cfg.thread_id) end
+  if cfg.checkpoint_ns ~= nil and type(cfg.checkpoint_ns) ~= "string" then
+    error("bad argument #1 to '" .. fname .. "': config.checkpoint_ns must be a string", 3)
+  end
+  if cfg.checkpoint_id ~= nil and type(cfg.checkpoint_id) ~= "string" then
+    error("bad argument #1 to '" .. fname .. "': config.checkpoint_id must be a string", 3)
+  end
+end
+
+-- list options -> limit, before (a checkpoint id)
+function _M.list_opts(opts)
+  if opts == nil then return nil, nil end
+  if type(opts) ~= "table" then
+    error("bad argument #2 to 'list': options table expected, got " .. type(opts), 3)
+  end
+  local limit, before = opts.limit, opts.before
+  if limit ~= nil and (type(limit) ~= "number" or limit < 1) then
+    error("bad argument #2 to 'list': limit must be a positive number", 3)
+  end
+  if type(before) == "table" then before = before.checkpoint_id end
+  if before ~= nil and type(before) ~= "string" then
+    error("bad argument #2 to 'list': before must be a checkpoint id or a config", 3)
+  end
+  return limit, before
+end
+
+return _M

@@ -1,0 +1,229 @@
+--[[
+moongraph.checkpoint.file — the embedded durable checkpoint saver.
+
+One directory per thread, one per namespace inside it, readable JSON files:
+
+  <dir>/<thread>/<ns>/<checkpoint_id>.json              checkpoint + metadata + parent
+  <dir>/<thread>/<ns>/<checkpoint_id>.writes/<task>.json  pending writes of one task
+
+The root namespace is the directory `root`; other names (thread ids,
+subgraph namespaces, task ids) are percent-encoded to stay single, safe path
+components. Every file is written atomically (temp file, fsync, rename, fsync
+of the directory) by the C store (moongraph.core.store), whose work runs on
+libuv's thread pool: the calling task yields, other tasks go on. A crash
+leaves either the old file or the new one, never a torn one.
+
+Implements the saver interface described in docs/checkpoints.md.
+]]
+
+local type, pairs, ipairs, pcall, error, tostring, tonumber, setmetatable =
+  type, pairs, ipairs, pcall, error, tostring, tonumber, setmetatable
+local string_format, string_gsub, string_byte, string_sub, string_find =
+  string.format, string.gsub, string.byte, string.sub, string.find
+local table_sort = table.sort
+
+local json = require "moongraph.checkpoint.json"
+local common = require "moongraph.checkpoint.common"
+
+local _M = {}
+local saver = {}
+local mt = { __index = saver, __name = "moongraph.checkpoint.file" }
+
+local store
+local function S()
+  if not store then
+    local ok, core = pcall(require, "moongraph.core")
+    if not ok or not core.store then
+      error("the file checkpointer needs the C module moongraph.core (build it with make)", 3)
+    end
+    store = core.store
+  end
+  return store
+end
+
+local function enc_char(c)
+  return string_format("%%%02X", string_byte(c))
+end
+
+-- a string -> one safe path component
+local function component(s)
+  s = string_gsub(s, "[^%w_%-]", enc_char)
+  return s
+end
+local function decode_component(s)
+  return (string_gsub(s, "%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end))
+end
+
+function _M.new(dir)
+  if type(dir) ~= "string" or dir == "" then
+    error("bad argument #1 to 'file': directory path expected, got " .. type(dir), 2)
+  end
+  dir = string_gsub(dir, "/+$", "")
+  if dir == "" then dir = "/" end
+  return setmetatable({ dir = dir, made = {} }, mt)
+end
+
+local function thread_dir(self, thread_id)
+  return self.dir .. "/" .. component(thread_id)
+end
+
+local function ns_dir(self, cfg)
+  local ns = cfg.checkpoint_ns or ""
+  return thread_dir(self, cfg.thread_id) .. "/" .. (ns == "" and "root" or component(ns))
+end
+
+local function mkdir(self, path)
+  if self.made[path] then return true end
+  local ok, err = S().mkdir(path)
+  if not ok then return nil, err end
+  self.made[path] = true
+  return true
+end
+
+local function write(self, dirpath, name, data)
+  local ok, err = mkdir(self, dirpath)
+  if not ok then return nil, err end
+  return S().write(dirpath .. "/" .. name, data)
+end
+
+function saver:put(cfg, checkpoint, metadata)
+  common.check_cfg(cfg, "put")
+  if type(checkpoint) ~= "table" or type(checkpoint.id) ~= "string" then
+    error("bad argument #2 to 'put': checkpoint with a string id expected", 2)
+  end
+  local data, err = json.encode({
+    checkpoint = checkpoint,
+    metadata = metadata or {},
+    parent_checkpoint_id = cfg.checkpoint_id,
+  }, { indent = true, name = "file" })
+  if not data then return nil, err end
+  local ok
+  ok, err = write(self, ns_dir(self, cfg), component(checkpoint.id) .. ".json", data)
+  if not ok then return nil, err end
+  return { thread_id = cfg.thread_id, checkpoint_ns = cfg.checkpoint_ns or "", checkpoint_id = checkpoint.id }
+end
+
+function saver:put_writes(cfg, task_id, writes)
+  common.check_cfg(cfg, "put_writes")
+  if type(cfg.checkpoint_id) ~= "string" then
+    error("bad argument #1 to 'put_writes': config.checkpoint_id expected", 2)
+  end
+  if type(task_id) ~= "string" then
+    error("bad argument #2 to 'put_writes': task id (string) expected, got " .. type(task_id), 2)
+  end
+  local list, err = common.encode_writes(task_id, writes, true)
+  if not list then return nil, err end
+  local data = '{\n"task_id": ' .. json.encode(task_id) .. ',\n"writes": ' .. list .. "\n}\n"
+  local d = ns_dir(self, cfg) .. "/" .. component(cfg.checkpoint_id) .. ".writes"
+  local ok
+  ok, err = write(self, d, component(task_id) .. ".json", data)
+  if not ok then return nil, err end
+  return true
+end
+
+-- sorted checkpoint ids of a namespace directory
+local function ids(dir)
+  local names, err, code = S().list(dir)
+  if not names then
+    if code == "ENOENT" then return {} end
+    return nil, err
+  end
+  local out = {}
+  for _, n in ipairs(names) do
+    local base = string.match(n, "^(.*)%.json$")
+    if base then out[#out + 1] = decode_component(base) end
+  end
+  table_sort(out)
+  return out
+end
+
+local function read_json(path)
+  local data, err, code = S().read(path)
+  if not data then return nil, err, code end
+  local v, derr = json.decode(data)
+  if v == nil then return nil, path .. ": " .. derr end
+  return v
+end
+
+local function tuple(self, cfg, id)
+  local dir = ns_dir(self, cfg)
+  local file, err, code = read_json(dir .. "/" .. component(id) .. ".json")
+  if not file then
+    if code == "ENOENT" then return nil end
+    return nil, err
+  end
+  local pending = {}
+  local wdir = dir .. "/" .. component(id) .. ".writes"
+  local names, lerr, lcode = S().list(wdir)
+  if not names and lcode ~= "ENOENT" then return nil, lerr end
+  if names then
+    local files = {}
+    for _, n in ipairs(names) do
+      if string_sub(n, -5) == ".json" and not string_find(n, ".tmp.", 1, true) then
+        files[#files + 1] = n
+      end
+    end
+    table_sort(files)
+    for _, n in ipairs(files) do
+      local w, werr = read_json(wdir .. "/" .. n)
+      if not w then return nil, werr end
+      for _, pair in ipairs(w.writes or {}) do
+        pending[#pending + 1] = { w.task_id, pair[1], pair[2] }
+      end
+    end
+  end
+  local ns = cfg.checkpoint_ns or ""
+  return {
+    config = { thread_id = cfg.thread_id, checkpoint_ns = ns, checkpoint_id = id },
+    checkpoint = file.checkpoint,
+    metadata = file.metadata or {},
+    parent_config = file.parent_checkpoint_id and
+      { thread_id = cfg.thread_id, checkpoint_ns = ns, checkpoint_id = file.parent_checkpoint_id } or nil,
+    pending_writes = pending,
+  }
+end
+
+function saver:get(cfg)
+  common.check_cfg(cfg, "get")
+  local id = cfg.checkpoint_id
+  if not id then
+    local list, err = ids(ns_dir(self, cfg))
+    if not list then return nil, err end
+    id = list[#list]
+    if not id then return nil end
+  end
+  return tuple(self, cfg, id)
+end
+
+function saver:list(cfg, opts)
+  common.check_cfg(cfg, "list")
+  local limit, before = common.list_opts(opts)
+  local list, err = ids(ns_dir(self, cfg))
+  if not list then return nil, err end
+  local out = {}
+  for i = #list, 1, -1 do
+    local id = list[i]
+    if before == nil or id < before then
+      local t, terr = tuple(self, cfg, id)
+      if terr then return nil, terr end
+      if t then out[#out + 1] = t end
+      if limit and #out >= limit then break end
+    end
+  end
+  return out
+end
+
+function saver:delete_thread(thread_id)
+  if thread_id == nil then
+    error("bad argument #1 to 'delete_thread': thread id expected", 2)
+  end
+  local path = thread_dir(self, tostring(thread_id))
+  local ok, err = S().remove(path)
+  if not ok then return nil, err end
+  for p in pairs(self.made) do
+    if string_sub(p, 1, #path + 1) == path .. "/" then self.made[p] = nil end
+  end
+  return true
+end
+
+return _M

@@ -1,0 +1,28 @@
+--[[
+moongraph.checkpoint — checkpoint savers (mg.checkpoint).
+
+  mg.checkpoint.memory()     in-process, for tests and short-lived runs
+  mg.checkpoint.file(dir)    durable JSON files, the embedded default
+
+A saver is any table with the five methods of the saver interface
+(docs/checkpoints.md): put, put_writes, get, list, delete_thread. The Redis
+and Postgres savers implement the same interface.
+]]
+
+local _M = {}
+
+function _M.memory()
+  return require("moongraph.checkpoint.memory").new()
+end
+
+function _M.file(dir)
+  if type(dir) ~= "string" or dir == "" then
+    error("bad argument #1 to 'file': directory path expected, got " .. type(dir), 2)
+  end
+  return require("moongraph.checkpoint.file").new(dir)
+end
+
+-- the JSON codec savers use for state (exact numbers, sorted keys)
+_M.json = require "moongraph.checkpoint.json"
+
+return _M

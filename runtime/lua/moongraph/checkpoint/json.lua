@@ -1,0 +1,320 @@
+--[[
+moongraph.checkpoint.json — the JSON form of checkpoints and pending writes.
+
+Checkpointed state must come back exactly as it went in, so this codec keeps
+what a general JSON library loses: integers stay integers and floats stay
+floats (2 and 2.0 are written differently), floats round-trip exactly, and
+object keys are sorted, so equal tables encode to equal strings (the node
+cache uses that as its default key). Values that JSON cannot hold (functions,
+coroutines, userdata, NaN, tables mixing list and map keys, cycles) are
+refused with the path to the offending value.
+
+JSON null decodes to cjson.null when lua-cjson is installed (the value HTTP
+clients use), else to json.null; both encode back to null.
+]]
+
+local type, pairs, tostring, tonumber, error = type, pairs, tostring, tonumber, error
+local math_type, math_tointeger, huge = math.type, math.tointeger, math.huge
+local string_format, string_byte, string_sub, string_find, string_gsub =
+  string.format, string.byte, string.sub, string.find, string.gsub
+local table_concat, table_sort, utf8_char = table.concat, table.sort, utf8.char
+local pcall, rawequal, setmetatable = pcall, rawequal, setmetatable
+
+local _M = {}
+
+local ok_cjson, cjson = pcall(require, "cjson")
+_M.null = ok_cjson and cjson.null or setmetatable({}, { __name = "json.null",
+  __tostring = function() return "null" end })
+local null = _M.null
+
+local escapes = {
+  ['"'] = '\\"', ["\\"] = "\\\\", ["\b"] = "\\b", ["\f"] = "\\f",
+  ["\n"] = "\\n", ["\r"] = "\\r", ["\t"] = "\\t",
+}
+local function escape_char(c)
+  return escapes[c] or string_format("\\u%04x", string_byte(c))
+end
+
+local function encode_string(s)
+  return '"' .. string_gsub(s, '[%c"\\]', escape_char) .. '"'
+end
+
+local function encode_float(v)
+  if v ~= v or v == huge or v == -huge then return nil end
+  local s = string_format("%.14g", v)
+  if tonumber(s) ~= v then
+    s = string_format("%.17g", v)
+  end
+  if not string_find(s, "[%.eEn]") then s = s .. ".0" end
+  return s
+end
+
+local function path_key(path, k)
+  if type(k) == "number" then return path .. "[" .. k .. "]" end
+  if string_find(k, "^[%a_][%w_]*$") then return path .. "." .. k end
+  return path .. "[" .. string_format("%q", k) .. "]"
+end
+
+local encode_value
+
+local function encode_table(t, buf, n, path, seen, indent, depth)
+  if seen[t] then
+    error({ path = path, msg = "is a table that contains itself" })
+  end
+  local len = #t
+  local count = 0
+  local strkeys = nil
+  for k in pairs(t) do
+    count = count + 1
+    local kt = type(k)
+    if kt == "string" then
+      strkeys = strkeys or {}
+      strkeys[#strkeys + 1] = k
+    elseif kt == "number" and math_type(k) == "integer" and k >= 1 and k <= len then
+      -- list key
+    else
+      error({ path = path, msg = "has a key of type " .. kt ..
+        (kt == "number" and (" (" .. tostring(k) .. ")") or "") ..
+        "; only string keys or a list 1..n can be saved" })
+    end
+  end
+  seen[t] = true
+  local nl, pad, pad_in
+  if indent then
+    nl = "\n"
+    pad = string.rep("  ", depth)
+    pad_in = pad .. "  "
+  end
+  if strkeys then
+    if count ~= #strkeys then
+      error({ path = path, msg = "mixes list items and string keys" })
+    end
+    table_sort(strkeys)
+    n = n + 1; buf[n] = "{"
+    for i = 1, #strkeys do
+      local k = strkeys[i]
+      if i > 1 then n = n + 1; buf[n] = "," end
+      if indent then n = n + 1; buf[n] = nl .. pad_in end
+      n = n + 1; buf[n] = encode_string(k)
+      n = n + 1; buf[n] = indent and ": " or ":"
+      n = encode_value(t[k], buf, n, path_key(path, k), seen, indent, depth + 1)
+    end
+    if indent then n = n + 1; buf[n] = nl .. pad end
+    n = n + 1; buf[n] = "}"
+  elseif count == 0 then
+    n = n + 1; buf[n] = "{}"
+  else
+    if count ~= len then
+      error({ path = path, msg = "is a list with holes" })
+    end
+    n = n + 1; buf[n] = "["
+    for i = 1, len do
+      if i > 1 then n = n + 1; buf[n] = "," end
+      if indent then n = n + 1; buf[n] = nl .. pad_in end
+      n = encode_value(t[i], buf, n, path_key(path, i), seen, indent, depth + 1)
+    end
+    if indent then n = n + 1; buf[n] = nl .. pad end
+    n = n + 1; buf[n] = "]"
+  end
+  seen[t] = nil
+  return n
+end
+
+encode_value = function(v, buf, n, path, seen, indent, depth)
+  local tv = type(v)
+  if tv == "string" then
+    n = n + 1; buf[n] = encode_string(v)
+  elseif tv == "number" then
+    local s
+    if math_type(v) == "integer" then s = tostring(v) else s = encode_float(v) end
+    if not s then error({ path = path, msg = "is " .. tostring(v) .. ", which JSON cannot hold" }) end
+    n = n + 1; buf[n] = s
+  elseif tv == "boolean" then
+    n = n + 1; buf[n] = v and "true" or "false"
+  elseif tv == "table" then
+    if rawequal(v, null) then
+      n = n + 1; buf[n] = "null"
+    else
+      n = encode_table(v, buf, n, path, seen, indent, depth)
+    end
+  elseif rawequal(v, null) then
+    n = n + 1; buf[n] = "null"
+  else
+    error({ path = path, msg = "is a " .. tv .. ", which cannot be saved" })
+  end
+  return n
+end
+
+--[[ encode(value [, opts]) -> string | nil, err
+opts.indent = true writes two-space indented JSON; opts.name names the root
+in error messages (default "value"). ]]
+function _M.encode(v, opts)
+  local buf = {}
+  local indent = opts and opts.indent
+  local ok, err = pcall(encode_value, v, buf, 0, opts and opts.name or "value", {}, indent, 0)
+  if not ok then
+    if type(err) == "table" then
+      return nil, err.path .. " " .. err.msg
+    end
+    error(err, 0)
+  end
+  return table_concat(buf)
+end
+
+-- Decoder: recursive descent over the string.
+
+local decode_value
+
+local function decode_error(s, pos, msg)
+  error({ msg = msg .. " at byte " .. pos }, 0)
+end
+
+local function skip_ws(s, pos)
+  local _, e = string_find(s, "^[ \t\r\n]*", pos)
+  return e + 1
+end
+
+local function decode_string(s, pos)
+  -- pos is at the opening quote
+  local buf, n = {}, 0
+  local i = pos + 1
+  while true do
+    local a, b = string_find(s, '^[^"\\]+', i)
+    if a then
+      n = n + 1; buf[n] = string_sub(s, a, b)
+      i = b + 1
+    end
+    local c = string_byte(s, i)
+    if c == 34 then -- "
+      return table_concat(buf), i + 1
+    elseif c == 92 then -- \
+      local e = string_sub(s, i + 1, i + 1)
+      local simple = ({ ['"'] = '"', ["\\"] = "\\", ["/"] = "/", b = "\b",
+        f = "\f", n = "\n", r = "\r", t = "\t" })[e]
+      if simple then
+        n = n + 1; buf[n] = simple
+        i = i + 2
+      elseif e == "u" then
+        local hex = string_sub(s, i + 2, i + 5)
+        local cp = tonumber(hex, 16)
+        if not cp or #hex ~= 4 then decode_error(s, i, "bad \\u escape") end
+        i = i + 6
+        if cp >= 0xD800 and cp <= 0xDBFF and string_sub(s, i, i + 1) == "\\u" then
+          local lo = tonumber(string_sub(s, i + 2, i + 5), 16)
+          if lo and lo >= 0xDC00 and lo <= 0xDFFF then
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00)
+            i = i + 6
+          end
+        end
+        n = n + 1; buf[n] = utf8_char(cp)
+      else
+        decode_error(s, i, "bad escape")
+      end
+    elseif c == nil then
+      decode_error(s, pos, "unterminated string")
+    else
+      decode_error(s, i, "control character in string")
+    end
+  end
+end
+
+local function decode_number(s, pos)
+  local a, b = string_find(s, "^-?%d+%.?%d*[eE]?[-+]?%d*", pos)
+  if not a then decode_error(s, pos, "unexpected character") end
+  local text = string_sub(s, a, b)
+  local v
+  if string_find(text, "[%.eE]") then
+    v = tonumber(text)
+    if v then v = v + 0.0 end
+  else
+    v = math_tointeger(tonumber(text)) or tonumber(text)
+  end
+  if v == nil then decode_error(s, pos, "bad number") end
+  return v, b + 1
+end
+
+decode_value = function(s, pos, depth)
+  pos = skip_ws(s, pos)
+  local c = string_byte(s, pos)
+  if c == 123 then -- {
+    if depth > 200 then decode_error(s, pos, "nesting too deep") end
+    local t = {}
+    pos = skip_ws(s, pos + 1)
+    if string_byte(s, pos) == 125 then return t, pos + 1 end
+    while true do
+      if string_byte(s, pos) ~= 34 then decode_error(s, pos, "object key expected") end
+      local k
+      k, pos = decode_string(s, pos)
+      pos = skip_ws(s, pos)
+      if string_byte(s, pos) ~= 58 then decode_error(s, pos, "':' expected") end
+      local v
+      v, pos = decode_value(s, pos + 1, depth + 1)
+      t[k] = v
+      pos = skip_ws(s, pos)
+      c = string_byte(s, pos)
+      if c == 44 then
+        pos = skip_ws(s, pos + 1)
+      elseif c == 125 then
+        return t, pos + 1
+      else
+        decode_error(s, pos, "',' or '}' expected")
+      end
+    end
+  elseif c == 91 then -- [
+    if depth > 200 then decode_error(s, pos, "nesting too deep") end
+    local t, n = {}, 0
+    pos = skip_ws(s, pos + 1)
+    if string_byte(s, pos) == 93 then return t, pos + 1 end
+    while true do
+      local v
+      v, pos = decode_value(s, pos, depth + 1)
+      n = n + 1; t[n] = v
+      pos = skip_ws(s, pos)
+      c = string_byte(s, pos)
+      if c == 44 then
+        pos = pos + 1
+      elseif c == 93 then
+        return t, pos + 1
+      else
+        decode_error(s, pos, "',' or ']' expected")
+      end
+    end
+  elseif c == 34 then
+    return decode_string(s, pos)
+  elseif c == 116 and string_sub(s, pos, pos + 3) == "true" then
+    return true, pos + 4
+  elseif c == 102 and string_sub(s, pos, pos + 4) == "false" then
+    return false, pos + 5
+  elseif c == 110 and string_sub(s, pos, pos + 3) == "null" then
+    return null, pos + 4
+  elseif c == nil then
+    decode_error(s, pos, "unexpected end of input")
+  else
+    return decode_number(s, pos)
+  end
+end
+
+--[[ decode(string) -> value | nil, err ]]
+function _M.decode(s)
+  if type(s) ~= "string" then
+    error("bad argument #1 to 'decode': string expected, got " .. type(s), 2)
+  end
+  local ok, v, pos = pcall(decode_value, s, 1, 0)
+  if not ok then
+    if type(v) == "table" then return nil, "invalid JSON: " .. v.msg end
+    error(v, 0)
+  end
+  pos = skip_ws(s, pos)
+  if pos <= #s then return nil, "invalid JSON: trailing data at byte " .. pos end
+  return v
+end
+
+--[[ copy(value) -> a deep copy made through the codec (what a saver hands
+back), or nil, err when the value cannot be saved. ]]
+function _M.copy(v)
+  local s, err = _M.encode(v)
+  if not s then return nil, err end
+  return (_M.decode(s))
+end
+
+return _M

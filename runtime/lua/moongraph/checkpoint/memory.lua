@@ -1,0 +1,141 @@
+--[[
+moongraph.checkpoint.memory — an in-process checkpoint saver.
+
+Keeps checkpoints and pending writes in Lua tables for the life of the
+process. Everything is stored in its JSON form (moongraph.checkpoint.json),
+so a graph that works with this saver works with the file, Redis and
+Postgres savers too, and callers never share tables with the store.
+Implements the saver interface described in docs/checkpoints.md.
+]]
+
+local type, pairs, ipairs, error, tostring, setmetatable = type, pairs, ipairs, error, tostring, setmetatable
+local table_sort = table.sort
+
+local json = require "moongraph.checkpoint.json"
+local common = require "moongraph.checkpoint.common"
+
+local _M = {}
+local saver = {}
+local mt = { __index = saver, __name = "moongraph.checkpoint.memory" }
+
+function _M.new()
+  return setmetatable({ threads = {} }, mt)
+end
+
+local function space(self, cfg, create)
+  local thread = self.threads[cfg.thread_id]
+  if not thread then
+    if not create then return nil end
+    thread = {}
+    self.threads[cfg.thread_id] = thread
+  end
+  local ns = cfg.checkpoint_ns or ""
+  local s = thread[ns]
+  if not s and create then
+    s = { ids = {}, items = {}, writes = {} }
+    thread[ns] = s
+  end
+  return s
+end
+
+function saver:put(cfg, checkpoint, metadata)
+  common.check_cfg(cfg, "put")
+  if type(checkpoint) ~= "table" or type(checkpoint.id) ~= "string" then
+    error("bad argument #2 to 'put': checkpoint with a string id expected", 2)
+  end
+  local cp, err = json.encode(checkpoint, { name = "checkpoint" })
+  if not cp then return nil, err end
+  local md
+  md, err = json.encode(metadata or {}, { name = "metadata" })
+  if not md then return nil, err end
+  local s = space(self, cfg, true)
+  local id = checkpoint.id
+  if not s.items[id] then
+    local ids = s.ids
+    ids[#ids + 1] = id
+    if ids[#ids - 1] and ids[#ids - 1] > id then table_sort(ids) end
+  end
+  s.items[id] = { cp = cp, md = md, parent = cfg.checkpoint_id }
+  return { thread_id = cfg.thread_id, checkpoint_ns = cfg.checkpoint_ns or "", checkpoint_id = id }
+end
+
+function saver:put_writes(cfg, task_id, writes)
+  common.check_cfg(cfg, "put_writes")
+  if type(cfg.checkpoint_id) ~= "string" then
+    error("bad argument #1 to 'put_writes': config.checkpoint_id expected", 2)
+  end
+  if type(task_id) ~= "string" then
+    error("bad argument #2 to 'put_writes': task id (string) expected, got " .. type(task_id), 2)
+  end
+  local enc, err = common.encode_writes(task_id, writes)
+  if not enc then return nil, err end
+  local s = space(self, cfg, true)
+  local w = s.writes[cfg.checkpoint_id]
+  if not w then
+    w = {}
+    s.writes[cfg.checkpoint_id] = w
+  end
+  w[task_id] = enc
+  return true
+end
+
+local function tuple(cfg, s, id)
+  local item = s.items[id]
+  if not item then return nil end
+  local ns = cfg.checkpoint_ns or ""
+  local pending = {}
+  local w = s.writes[id]
+  if w then
+    local tasks = {}
+    for task_id in pairs(w) do tasks[#tasks + 1] = task_id end
+    table_sort(tasks)
+    for _, task_id in ipairs(tasks) do
+      for _, pair in ipairs(json.decode(w[task_id])) do
+        pending[#pending + 1] = { task_id, pair[1], pair[2] }
+      end
+    end
+  end
+  return {
+    config = { thread_id = cfg.thread_id, checkpoint_ns = ns, checkpoint_id = id },
+    checkpoint = json.decode(item.cp),
+    metadata = json.decode(item.md),
+    parent_config = item.parent and
+      { thread_id = cfg.thread_id, checkpoint_ns = ns, checkpoint_id = item.parent } or nil,
+    pending_writes = pending,
+  }
+end
+
+function saver:get(cfg)
+  common.check_cfg(cfg, "get")
+  local s = space(self, cfg, false)
+  if not s then return nil end
+  local id = cfg.checkpoint_id or s.ids[#s.ids]
+  if not id then return nil end
+  return tuple(cfg, s, id)
+end
+
+function saver:list(cfg, opts)
+  common.check_cfg(cfg, "list")
+  local limit, before = common.list_opts(opts)
+  local out = {}
+  local s = space(self, cfg, false)
+  if not s then return out end
+  for i = #s.ids, 1, -1 do
+    local id = s.ids[i]
+    if before == nil or id < before then
+      out[#out + 1] = tuple(cfg, s, id)
+      if limit and #out >= limit then break end
+    end
+  end
+  return out
+end
+
+function saver:delete_thread(thread_id)
+  if thread_id == nil then
+    error("bad argument #1 to 'delete_thread': thread id expected", 2)
+  end
+  self.threads[tostring(thread_id)] = nil
+  return true
+end
+
+return _M

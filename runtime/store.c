@@ -1,0 +1,336 @@
+/*
+** store.c — durable file operations for checkpoint savers (core.store).
+**
+**   store.write(path, data)  atomic replace: temp file, write, fsync, rename,
+**                            fsync of the directory -> true | nil, err, code
+**   store.read(path)         -> contents | nil, err, code
+**   store.list(dir)          -> sorted entry names | nil, err, code
+**   store.mkdir(path)        mkdir -p -> true | nil, err, code
+**   store.remove(path)       rm -r (a missing path is fine) -> true | nil, err, code
+**
+** `code` is the errno name ("ENOENT", "EACCES", ...). Each call is one work
+** item on libuv's thread pool: the whole sequence of system calls runs on a
+** pool thread while the calling task waits, so other tasks keep running
+** (durability "async" relies on this). One work item per operation keeps a
+** multi-step sequence such as the atomic write in one place instead of a
+** chain of uv_fs_* callbacks.
+**
+** Lifetime of an operation: allocated by the Lua call, owned by the pool
+** until after_work runs. If the waiting task is cancelled before that,
+** after_work frees it; if the task is cancelled after being woken but
+** before its continuation ran, the cancel callback frees it; otherwise the
+** continuation frees it after pushing the results.
+*/
+#include "mg.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+enum { OP_WRITE, OP_READ, OP_LIST, OP_MKDIR, OP_REMOVE };
+
+typedef struct {
+  mg_waiter w;             /* first: the cancel callback casts back */
+  uv_work_t req;
+  int kind;
+  char *path;
+  char *data;              /* write: input; read: output */
+  size_t len;
+  char **names;            /* list output */
+  size_t nnames, cap;
+  int err;                 /* errno of the failing step, 0 on success */
+  const char *what;        /* the failing step, for the message */
+  int done, cancelled;
+} store_op;
+
+static void op_free(store_op *op) {
+  free(op->path);
+  free(op->data);
+  for (size_t i = 0; i < op->nnames; i++) free(op->names[i]);
+  free(op->names);
+  free(op);
+}
+
+static int fail(store_op *op, const char *what) {
+  op->err = errno ? errno : EIO;
+  op->what = what;
+  return -1;
+}
+
+/* ------------------------------------------------------------ pool side */
+
+static int fsync_dir_of(const char *path) {
+  const char *slash = strrchr(path, '/');
+  char *dir;
+  if (!slash) dir = strdup(".");
+  else if (slash == path) dir = strdup("/");
+  else dir = strndup(path, (size_t)(slash - path));
+  if (!dir) return -1;
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  free(dir);
+  if (fd < 0) return -1;
+  int rc = fsync(fd);
+  int e = errno;
+  close(fd);
+  errno = e;
+  return rc;
+}
+
+static void do_write(store_op *op) {
+  size_t n = strlen(op->path) + 64;
+  char *tmp = malloc(n);
+  if (!tmp) { fail(op, "write"); return; }
+  snprintf(tmp, n, "%s.tmp.%ld.%lx", op->path, (long)getpid(),
+           (unsigned long)(uintptr_t)op);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) { fail(op, "create"); free(tmp); return; }
+  size_t off = 0;
+  while (off < op->len) {
+    ssize_t w = write(fd, op->data + off, op->len - off);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      fail(op, "write");
+      goto bad;
+    }
+    off += (size_t)w;
+  }
+  if (fsync(fd) < 0) { fail(op, "fsync"); goto bad; }
+  if (close(fd) < 0) { fd = -1; fail(op, "close"); goto bad; }
+  fd = -1;
+  if (rename(tmp, op->path) < 0) { fail(op, "rename"); goto bad; }
+  free(tmp);
+  if (fsync_dir_of(op->path) < 0) fail(op, "fsync directory of");
+  return;
+bad:
+  if (fd >= 0) close(fd);
+  unlink(tmp);
+  free(tmp);
+}
+
+static void do_read(store_op *op) {
+  int fd = open(op->path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) { fail(op, "open"); return; }
+  struct stat st;
+  size_t cap = 4096;
+  if (fstat(fd, &st) == 0 && st.st_size > 0) cap = (size_t)st.st_size + 1;
+  char *buf = malloc(cap);
+  size_t len = 0;
+  if (!buf) { fail(op, "read"); close(fd); return; }
+  for (;;) {
+    if (len == cap) {
+      char *nb = realloc(buf, cap * 2);
+      if (!nb) { fail(op, "read"); free(buf); close(fd); return; }
+      buf = nb;
+      cap *= 2;
+    }
+    ssize_t r = read(fd, buf + len, cap - len);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      fail(op, "read");
+      free(buf);
+      close(fd);
+      return;
+    }
+    if (r == 0) break;
+    len += (size_t)r;
+  }
+  close(fd);
+  op->data = buf;
+  op->len = len;
+}
+
+static int name_cmp(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void do_list(store_op *op) {
+  DIR *d = opendir(op->path);
+  if (!d) { fail(op, "open directory"); return; }
+  struct dirent *e;
+  errno = 0;
+  while ((e = readdir(d)) != NULL) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    if (op->nnames == op->cap) {
+      size_t nc = op->cap ? op->cap * 2 : 16;
+      char **nn = realloc(op->names, nc * sizeof *nn);
+      if (!nn) { fail(op, "list"); closedir(d); return; }
+      op->names = nn;
+      op->cap = nc;
+    }
+    char *s = strdup(e->d_name);
+    if (!s) { fail(op, "list"); closedir(d); return; }
+    op->names[op->nnames++] = s;
+    errno = 0;
+  }
+  if (errno) fail(op, "read directory");
+  closedir(d);
+  if (op->nnames > 1) qsort(op->names, op->nnames, sizeof *op->names, name_cmp);
+}
+
+static void do_mkdir(store_op *op) {
+  char *p = op->path;
+  size_t n = strlen(p);
+  for (size_t i = 1; i <= n; i++) {
+    if (p[i] != '/' && p[i] != '\0') continue;
+    char c = p[i];
+    p[i] = '\0';
+    if (mkdir(p, 0755) < 0 && errno != EEXIST) {
+      fail(op, "mkdir");
+      p[i] = c;
+      return;
+    }
+    p[i] = c;
+  }
+  struct stat st;
+  if (stat(p, &st) < 0) { fail(op, "mkdir"); return; }
+  if (!S_ISDIR(st.st_mode)) { errno = ENOTDIR; fail(op, "mkdir"); }
+}
+
+static int remove_tree(store_op *op, const char *path) {
+  struct stat st;
+  if (lstat(path, &st) < 0) {
+    if (errno == ENOENT) return 0;
+    return fail(op, "stat");
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    if (unlink(path) < 0 && errno != ENOENT) return fail(op, "unlink");
+    return 0;
+  }
+  DIR *d = opendir(path);
+  if (!d) return fail(op, "open directory");
+  struct dirent *e;
+  size_t plen = strlen(path);
+  while ((e = readdir(d)) != NULL) {
+    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+    size_t n = plen + strlen(e->d_name) + 2;
+    char *child = malloc(n);
+    if (!child) { closedir(d); return fail(op, "remove"); }
+    snprintf(child, n, "%s/%s", path, e->d_name);
+    int rc = remove_tree(op, child);
+    free(child);
+    if (rc < 0) { closedir(d); return -1; }
+  }
+  closedir(d);
+  if (rmdir(path) < 0 && errno != ENOENT) return fail(op, "rmdir");
+  return 0;
+}
+
+static void work(uv_work_t *req) {
+  store_op *op = (store_op *)req->data;
+  errno = 0;
+  switch (op->kind) {
+    case OP_WRITE: do_write(op); break;
+    case OP_READ: do_read(op); break;
+    case OP_LIST: do_list(op); break;
+    case OP_MKDIR: do_mkdir(op); break;
+    case OP_REMOVE: remove_tree(op, op->path); break;
+  }
+}
+
+/* ------------------------------------------------------------ loop side */
+
+static void after_work(uv_work_t *req, int status) {
+  (void)status;
+  store_op *op = (store_op *)req->data;
+  op->done = 1;
+  if (op->cancelled) { op_free(op); return; }
+  mg_wake(&op->w);
+}
+
+static void op_cancel(mg_waiter *w) {
+  store_op *op = (store_op *)w;
+  if (op->done) { op_free(op); return; }
+  op->cancelled = 1;
+  uv_cancel((uv_req_t *)&op->req);
+}
+
+static int push_error(lua_State *L, store_op *op) {
+  lua_pushnil(L);
+  lua_pushfstring(L, "%s %s: %s", op->what, op->path, strerror(op->err));
+  lua_pushstring(L, uv_err_name(-op->err));
+  return 3;
+}
+
+static int op_done(lua_State *L, int status, lua_KContext ctx) {
+  (void)status;
+  store_op *op = (store_op *)ctx;
+  int n;
+  if (op->err) {
+    n = push_error(L, op);
+  } else if (op->kind == OP_READ) {
+    lua_pushlstring(L, op->data, op->len);
+    n = 1;
+  } else if (op->kind == OP_LIST) {
+    lua_createtable(L, (int)op->nnames, 0);
+    for (size_t i = 0; i < op->nnames; i++) {
+      lua_pushstring(L, op->names[i]);
+      lua_rawseti(L, -2, (lua_Integer)i + 1);
+    }
+    n = 1;
+  } else {
+    lua_pushboolean(L, 1);
+    n = 1;
+  }
+  op_free(op);
+  return n;
+}
+
+static int start(lua_State *L, int kind, const char *fname) {
+  size_t plen;
+  const char *path = luaL_checklstring(L, 1, &plen);
+  luaL_argcheck(L, plen > 0, 1, "empty path");
+  size_t dlen = 0;
+  const char *data = NULL;
+  if (kind == OP_WRITE) data = luaL_checklstring(L, 2, &dlen);
+  mg_check_yieldable(L, fname);
+  store_op *op = (store_op *)calloc(1, sizeof *op);
+  if (!op) return luaL_error(L, "%s: out of memory", fname);
+  op->kind = kind;
+  op->path = strdup(path);
+  if (data) {
+    op->data = malloc(dlen ? dlen : 1);
+    if (op->data) memcpy(op->data, data, dlen);
+    op->len = dlen;
+  }
+  if (!op->path || (kind == OP_WRITE && !op->data)) {
+    op_free(op);
+    return luaL_error(L, "%s: out of memory", fname);
+  }
+  op->req.data = op;
+  int rc = uv_queue_work(mg_loop(), &op->req, work, after_work);
+  if (rc < 0) {
+    op_free(op);
+    lua_pushnil(L);
+    lua_pushfstring(L, "%s: %s", fname, uv_strerror(rc));
+    lua_pushstring(L, uv_err_name(rc));
+    return 3;
+  }
+  return mg_await(L, &op->w, op_cancel, op_done, (lua_KContext)op);
+}
+
+static int l_write(lua_State *L) { return start(L, OP_WRITE, "store.write"); }
+static int l_read(lua_State *L) { return start(L, OP_READ, "store.read"); }
+static int l_list(lua_State *L) { return start(L, OP_LIST, "store.list"); }
+static int l_mkdir(lua_State *L) { return start(L, OP_MKDIR, "store.mkdir"); }
+static int l_remove(lua_State *L) { return start(L, OP_REMOVE, "store.remove"); }
+
+static const luaL_Reg store_funcs[] = {
+  {"write", l_write},
+  {"read", l_read},
+  {"list", l_list},
+  {"mkdir", l_mkdir},
+  {"remove", l_remove},
+  {NULL, NULL}
+};
+
+int mg_open_store(lua_State *L) {
+  luaL_newlib(L, store_funcs);
+  return 1;
+}

@@ -1,0 +1,260 @@
+local mg = require "moongraph"
+local G = require "moongraph.graph"
+local START, END, Command = G.START, G.END, G.Command
+local R = G.reducers
+
+local function run(fn) return mg.run(fn) end
+
+local function tmpdir()
+  local p = os.tmpname()
+  os.remove(p)
+  return p
+end
+
+local function linear(saver, opts)
+  local g = G.new { items = R.append }
+  for i = 1, 3 do
+    g:add_node("n" .. i, function(s) return { count = (s.count or 0) + 1, items = "n" .. i } end)
+  end
+  g:add_edge(START, "n1"):add_edge("n1", "n2"):add_edge("n2", "n3"):add_edge("n3", END)
+  opts = opts or {}
+  opts.checkpointer = saver
+  return g:compile(opts)
+end
+
+for _, kind in ipairs { "memory", "file" } do
+  describe("checkpoints with the " .. kind .. " saver", function()
+    local function saver()
+      if kind == "memory" then return G.checkpoint.memory() end
+      return G.checkpoint.file(tmpdir())
+    end
+
+    it("saves a checkpoint after every superstep", function()
+      local app = linear(saver())
+      run(function()
+        local out = app:invoke({ count = 0 }, { thread_id = "t1" })
+        assert.equal(3, out.count)
+        local h = app:history { thread_id = "t1" }
+        assert.equal(4, #h)   -- input + 3 steps
+        assert.same({ "loop", "loop", "loop", "input" },
+          { h[1].metadata.source, h[2].metadata.source, h[3].metadata.source, h[4].metadata.source })
+        assert.same({ "n1" }, h[4].next)
+        assert.same({ "n2" }, h[3].next)
+        assert.same({}, h[1].next)
+        assert.same({ "n1", "n2", "n3" }, h[1].values.items)
+        assert.equal(h[2].config.checkpoint_id, h[1].parent_config.checkpoint_id)
+        local st = app:get_state { thread_id = "t1" }
+        assert.equal(3, st.values.count)
+        assert.same({}, st.next)
+      end)
+    end)
+
+    for _, durability in ipairs { "sync", "async", "exit" } do
+      it("durability " .. durability .. " has the final checkpoint saved when invoke returns", function()
+        local app = linear(saver(), { durability = durability })
+        run(function()
+          app:invoke({ count = 0 }, { thread_id = "d" })
+          local st = app:get_state { thread_id = "d" }
+          assert.equal(3, st.values.count)
+          local h = app:history { thread_id = "d" }
+          if durability == "exit" then
+            assert.equal(1, #h)
+          else
+            assert.equal(4, #h)
+          end
+        end)
+      end)
+    end
+
+    it("a new input on a thread continues from its last state", function()
+      local g = G.new { messages = R.messages }
+      g:add_node("bot", function(s)
+        return { messages = { role = "assistant", content = "seen " .. #s.messages } }
+      end)
+      g:add_edge(START, "bot")
+      local app = g:compile { checkpointer = saver() }
+      run(function()
+        app:invoke({ messages = "hi" }, { thread_id = "chat" })
+        local out = app:invoke({ messages = "again" }, { thread_id = "chat" })
+        assert.equal(4, #out.messages)
+        assert.equal("seen 3", out.messages[4].content)
+        local other = app:invoke({ messages = "new" }, { thread_id = "other" })
+        assert.equal(2, #other.messages)
+      end)
+    end)
+
+    it("invoke(nil) on a finished thread returns its state; on an unknown thread it fails", function()
+      local app = linear(saver())
+      run(function()
+        app:invoke({ count = 0 }, { thread_id = "t" })
+        assert.equal(3, app:invoke(nil, { thread_id = "t" }).count)
+        local out, err = app:invoke(nil, { thread_id = "ghost" })
+        assert.is_nil(out)
+        assert.matches("thread 'ghost' has no checkpoint", err)
+      end)
+    end)
+
+    it("a failing branch under fail_close cancels its siblings and a resume re-runs only the unfinished tasks", function()
+      local calls = { boom = 0, quick = 0, slow = 0, after = 0 }
+      local broken = true
+      local g = G.new { log = R.append }
+      g:add_node("fan", function() end)
+      g:add_node("boom", function()
+        calls.boom = calls.boom + 1
+        mg.sleep(0)   -- let the siblings start first
+        if broken then error("upstream 500") end
+        return { log = "boom" }
+      end)
+      g:add_node("quick", function() calls.quick = calls.quick + 1; return { log = "quick" } end)
+      g:add_node("slow", function()
+        calls.slow = calls.slow + 1
+        if broken then mg.queue():get() end   -- waits until cancelled
+        return { log = "slow" }
+      end)
+      g:add_node("after", function(s) calls.after = calls.after + 1; return { seen = table.concat(s.log, ",") } end)
+      g:add_edge(START, "fan")
+      for _, n in ipairs { "boom", "quick", "slow" } do
+        g:add_edge("fan", n)
+        g:add_edge(n, "after")
+      end
+      local app = g:compile { checkpointer = saver(), durability = "sync" }
+      run(function()
+        local out, err = app:invoke({}, { thread_id = "fc" })
+        assert.is_nil(out)
+        assert.matches("upstream 500", err)
+        local st = app:get_state { thread_id = "fc" }
+        assert.same({ "boom", "quick", "slow" }, st.next)
+        local by = {}
+        for _, t in ipairs(st.tasks) do by[t.name] = t end
+        assert.matches("upstream 500", by.boom.error)
+        assert.same({ log = "quick" }, by.quick.result)
+        assert.is_nil(by.slow.result)
+        broken = false
+        out = assert(app:invoke(nil, { thread_id = "fc" }))
+        assert.equal("boom,quick,slow", out.seen)
+      end)
+      assert.same({ boom = 2, quick = 1, slow = 2, after = 1 }, calls)
+    end)
+
+    it("each finished task's writes are saved while its siblings still run", function()
+      local s = saver()
+      local seen_pending
+      local g = G.new()
+      g:add_node("fan", function() end)
+      g:add_node("first", function() return { first = true } end)
+      g:add_node("second", function(_, ctx)
+        -- wait (by condition, not by time) until first's writes are stored
+        for _ = 1, 1000 do
+          local tup = s:get { thread_id = ctx.config.thread_id }
+          for _, w in ipairs(tup and tup.pending_writes or {}) do
+            if w[1]:match(":first$") then seen_pending = w; return { second = true } end
+          end
+          mg.sleep(0.001)
+        end
+        error("first's writes never reached the saver")
+      end)
+      g:add_edge(START, "fan"):add_edge("fan", "first"):add_edge("fan", "second")
+      local app = g:compile { checkpointer = s }
+      run(function() assert(app:invoke({}, { thread_id = "pw" })) end)
+      assert.same("first", seen_pending[2])
+    end)
+
+    it("update_state writes as a node and the run goes on from that node's edges", function()
+      local g = G.new { log = R.append }
+      g:add_node("draft", function() return { log = "draft", text = "v1" } end)
+      g:add_node("review", function(st) return { log = "review", reviewed = st.text } end)
+      g:add_edge(START, "draft"):add_edge("draft", "review")
+      local app = g:compile { checkpointer = saver(), interrupt_before = { "review" } }
+      run(function()
+        local out = app:invoke({}, { thread_id = "u" })
+        assert.is_table(out.__interrupt__)
+        assert.equal("before", out.__interrupt__[1].when)
+        local cfg = assert(app:update_state({ thread_id = "u" }, { text = "v2 (edited)" }))
+        assert.is_string(cfg.checkpoint_id)
+        local st = app:get_state { thread_id = "u" }
+        assert.equal("update", st.metadata.source)
+        assert.same({ "review" }, st.next)
+        out = assert(app:invoke(nil, { thread_id = "u" }))
+        assert.equal("v2 (edited)", out.reviewed)
+      end)
+    end)
+
+    it("update_state with as_node plans that node's successors", function()
+      local g = G.new()
+      g:add_node("a", function() return { a = true } end)
+      g:add_node("b", function(s) return { b = s.x } end)
+      g:add_edge(START, "a"):add_edge("a", "b")
+      local app = g:compile { checkpointer = saver() }
+      run(function()
+        app:invoke({}, { thread_id = "as" })
+        assert(app:update_state({ thread_id = "as" }, { x = 5 }, "a"))
+        assert.same({ "b" }, app:get_state({ thread_id = "as" }).next)
+        assert.equal(5, app:invoke(nil, { thread_id = "as" }).b)
+      end)
+    end)
+
+    it("invoking with a past checkpoint_id forks from that point", function()
+      local g = G.new { items = R.append }
+      g:add_node("a", function(s) return { items = "a" .. (s.tag or "") } end)
+      g:add_node("b", function(s) return { items = "b" .. (s.tag or "") } end)
+      g:add_edge(START, "a"):add_edge("a", "b")
+      local app = g:compile { checkpointer = saver() }
+      run(function()
+        app:invoke({ tag = "1" }, { thread_id = "f" })
+        local h = app:history { thread_id = "f" }
+        local after_a = h[2]    -- newest first: [1] after b, [2] after a
+        assert.same({ "b" }, after_a.next)
+        local fork_cfg = assert(app:update_state(
+          { thread_id = "f", checkpoint_id = after_a.config.checkpoint_id }, { tag = "2" }))
+        local out = assert(app:invoke(nil, { thread_id = "f", checkpoint_id = fork_cfg.checkpoint_id }))
+        assert.same({ "a1", "b2" }, out.items)
+        -- replaying the original checkpoint re-runs its step
+        out = assert(app:invoke(nil, { thread_id = "f", checkpoint_id = after_a.config.checkpoint_id }))
+        assert.same({ "a1", "b1" }, out.items)
+        -- the original branch is still in history
+        local ids = {}
+        for _, snap in ipairs(app:history { thread_id = "f" }) do ids[snap.config.checkpoint_id] = true end
+        assert.is_true(ids[h[1].config.checkpoint_id])
+        assert.equal(6, #app:history { thread_id = "f" })
+      end)
+    end)
+
+    it("checkpoint ids sort in creation order", function()
+      local app = linear(saver())
+      run(function()
+        app:invoke({ count = 0 }, { thread_id = "o" })
+        app:invoke({ count = 0 }, { thread_id = "o" })
+        local h = app:history { thread_id = "o" }
+        for i = 2, #h do assert.is_true(h[i - 1].config.checkpoint_id > h[i].config.checkpoint_id) end
+      end)
+    end)
+
+    it("a saver error fails the run with the saver's message", function()
+      local g = G.new()
+      g:add_node("a", function() return { f = print } end)
+      g:add_edge(START, "a")
+      local app = g:compile { checkpointer = saver() }
+      local out, err = run(function() return app:invoke({}, { thread_id = "bad" }) end)
+      assert.is_nil(out)
+      assert.matches("write to 'f' by task 1:a is a function, which cannot be saved", err)
+    end)
+  end)
+end
+
+describe("checkpoints and commands", function()
+  it("a caller Command with update on a paused run is applied before the next writes", function()
+    local g = G.new { log = R.append }
+    g:add_node("a", function() return { log = "a" } end)
+    g:add_node("b", function(s) return { log = "b", note_seen = s.note } end)
+    g:add_edge(START, "a"):add_edge("a", "b")
+    local app = g:compile { checkpointer = G.checkpoint.memory(), interrupt_after = { "a" } }
+    run(function()
+      local out = app:invoke({}, { thread_id = "c" })
+      assert.equal("after", out.__interrupt__[1].when)
+      out = assert(app:invoke(Command { update = { note = "from human", log = "human" } }, { thread_id = "c" }))
+      assert.same({ "a", "human", "b" }, out.log)
+      assert.is_nil(out.note_seen)   -- b ran in the same step as the update
+      assert.equal("from human", out.note)
+    end)
+  end)
+end)

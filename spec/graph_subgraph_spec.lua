@@ -1,0 +1,141 @@
+local mg = require "moongraph"
+local G = require "moongraph.graph"
+local START, END, Send, Command = G.START, G.END, G.Send, G.Command
+local R = G.reducers
+
+local function run(fn) return mg.run(fn) end
+
+-- the GCRI shape: a branch subgraph per strategy, fanned out with Send
+local function hypothesis_branch()
+  local b = G.new { raw_hypotheses = R.append }
+  b:add_node("hypothesis", function(s)
+    mg.sleep(0.001 * (4 - s.index))       -- later branches finish first
+    return { hypothesis = s.strategy .. " idea" }
+  end)
+  b:add_node("refine", function(s)
+    return { raw_hypotheses = { { index = s.index, text = s.hypothesis .. " (refined)" } } }
+  end)
+  b:add_edge(START, "hypothesis"):add_edge("hypothesis", "refine"):add_edge("refine", END)
+  return b:compile { name = "hypothesis_branch" }
+end
+
+local function gcri()
+  local g = G.new { task = "last", strategies = "last", raw_hypotheses = R.append }
+  g:add_node("sample_strategies", function() return { strategies = { "greedy", "careful", "wild" } } end)
+  g:add_node("hypothesis_executor", hypothesis_branch())
+  g:add_node("aggregate", function(s) return { count = #s.raw_hypotheses } end)
+  g:add_edge(START, "sample_strategies")
+  g:add_conditional_edges("sample_strategies", function(s)
+    local sends = {}
+    for i, strategy in ipairs(s.strategies) do
+      sends[i] = Send("hypothesis_executor", { index = i, strategy = strategy, task = s.task })
+    end
+    return sends
+  end, { "hypothesis_executor" })
+  g:add_edge("hypothesis_executor", "aggregate")
+  return g
+end
+
+describe("subgraphs", function()
+  it("a compiled graph runs as a node; Send args are its input; declared keys flow back by reducer", function()
+    local out = run(function() return gcri():compile():invoke { task = "sort a list" } end)
+    assert.equal(3, out.count)
+    assert.same({ 1, 2, 3 }, { out.raw_hypotheses[1].index, out.raw_hypotheses[2].index,
+      out.raw_hypotheses[3].index })
+    assert.equal("careful idea (refined)", out.raw_hypotheses[2].text)
+    -- keys the parent does not declare stay inside the subgraph
+    assert.is_nil(out.hypothesis)
+  end)
+
+  it("with the parent state as input, only what the subgraph changed is written back", function()
+    local sub = G.new { notes = R.append, total = R.add }
+    sub:add_node("work", function() return { notes = "sub", total = 5 } end)
+    sub:add_edge(START, "work")
+    local g = G.new { notes = R.append, total = R.add, title = "last" }
+    g:add_node("first", function() return { notes = "first", total = 1 } end)
+    g:add_node("sub", sub:compile())
+    g:add_node("other", function() return { title = "set by other" } end)
+    g:add_edge(START, "first"):add_edge("first", "sub"):add_edge("first", "other")
+    local out = run(function() return g:compile():invoke { title = "t0" } end)
+    assert.same({ "first", "sub" }, out.notes)      -- not {"first", "first", "sub"}
+    assert.equal(6, out.total)                     -- 1 + 5, not 1 + 6
+    assert.equal("set by other", out.title)        -- no conflict: the subgraph left it alone
+  end)
+
+  it("stream events from inside a subgraph carry its namespace", function()
+    local app = gcri():compile()
+    local events = {}
+    run(function()
+      for ev in app:stream({ task = "t" }, { modes = { "updates" } }) do events[#events + 1] = ev end
+    end)
+    local inner = {}
+    for _, ev in ipairs(events) do
+      if ev.node == "refine" then inner[#inner + 1] = ev end
+    end
+    assert.equal(3, #inner)
+    local seen_ns = {}
+    for _, ev in ipairs(inner) do
+      assert.matches("^hypothesis_executor:%d+:hypothesis_executor#%d$", ev.ns)
+      seen_ns[ev.ns] = true
+    end
+    local n = 0
+    for _ in pairs(seen_ns) do n = n + 1 end
+    assert.equal(3, n)
+    local top = {}
+    for _, ev in ipairs(events) do if ev.ns == "" then top[#top + 1] = ev.node end end
+    assert.same({ "sample_strategies", "hypothesis_executor", "hypothesis_executor",
+      "hypothesis_executor", "aggregate" }, top)
+  end)
+
+  it("a subgraph checkpoints under its own namespace", function()
+    local saver = G.checkpoint.memory()
+    local app = gcri():compile { checkpointer = saver }
+    run(function()
+      app:invoke({ task = "t" }, { thread_id = "g" })
+      local namespaces = {}
+      for ns in pairs(saver.threads.g) do namespaces[#namespaces + 1] = ns end
+      table.sort(namespaces)
+      assert.equal(4, #namespaces)
+      assert.equal("", namespaces[1])
+      local st = app:get_state { thread_id = "g", checkpoint_ns = namespaces[2] }
+      assert.is_table(st.values.raw_hypotheses)
+    end)
+  end)
+
+  it("a failing subgraph fails its node, under the parent node's policy", function()
+    local sub = G.new()
+    sub:add_node("inner", function() error("inner broke") end)
+    sub:add_edge(START, "inner")
+    local g = G.new()
+    g:add_node("sub", sub:compile(), { policy = "fail_open" })
+    g:add_node("after", function() return { reached = true } end)
+    g:add_edge(START, "sub"):add_edge("sub", "after")
+    local out = run(function() return g:compile():invoke {} end)
+    assert.is_true(out.reached)
+    assert.matches("node 'inner' failed: .*inner broke", out.errors[1].error)
+  end)
+
+  it("an interrupt inside a subgraph pauses the parent and resumes into the subgraph", function()
+    local inner_runs = 0
+    local sub = G.new()
+    sub:add_node("prep", function() inner_runs = inner_runs + 1; return { prepared = true } end)
+    sub:add_node("confirm", function(_, ctx) return { confirmed = ctx.interrupt "sure?" } end)
+    sub:add_edge(START, "prep"):add_edge("prep", "confirm")
+    local g = G.new { "confirmed" }
+    g:add_node("sub", sub:compile())
+    g:add_node("finish", function(s) return { result = "confirmed=" .. tostring(s.confirmed) } end)
+    g:add_edge(START, "sub"):add_edge("sub", "finish")
+    local app = g:compile { checkpointer = G.checkpoint.memory() }
+    run(function()
+      local cfg = { thread_id = "si" }
+      local out = app:invoke({}, cfg)
+      assert.equal("sure?", out.__interrupt__[1].value)
+      assert.matches("^sub:", out.__interrupt__[1].ns)
+      out = assert(app:invoke(Command { resume = "yes" }, cfg))
+      assert.equal("confirmed=yes", out.result)
+    end)
+    assert.equal(1, inner_runs)   -- the subgraph resumed from its own checkpoint
+  end)
+
+  local _ = END
+end)
