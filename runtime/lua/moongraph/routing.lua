@@ -1,0 +1,123 @@
+-- moongraph.routing: pick one candidate per call with a router function, and
+-- fail over to another when the chosen one fails before producing output.
+-- Routed LLMs (llm.routed) and routed agents share it.
+--
+--   local routing = require "moongraph.routing"
+--   local res, key = routing.route{
+--     candidates = { primary = a, fallback = b },   -- or a list (keys: item.name)
+--     router = function(candidates, context, error_ctx) return "primary" end,
+--     context = ctx,
+--     call = function(key, candidate, emitted) ... return result | nil, err end,
+--   }
+--
+-- Rules:
+--   * the router is first called without error_ctx; it returns a key, or nil
+--     to route nowhere. Without a router, keys are tried in order (the list
+--     order, or sorted keys for a map);
+--   * when the chosen candidate fails (returns nil, err or raises) before it
+--     calls emitted(), the router is called again with
+--     error_ctx = { failed_keys = {key = true, ...}, last_error = err };
+--   * a failure after emitted() was called propagates at once: output already
+--     went out, so no other candidate may run;
+--   * a key that already failed cannot be chosen again: choosing one ends
+--     routing with the last error, and so does a router returning nil;
+--   * the routing's result is the candidate's result and the key that
+--     produced it; a final failure is returned as nil, err, or raised again
+--     when the candidate raised it.
+-- The router may yield (e.g. call a classifier model).
+
+local type, pairs, ipairs, error, pcall, tostring, select =
+      type, pairs, ipairs, error, pcall, tostring, select
+local table_sort, table_pack, table_unpack = table.sort, table.pack, table.unpack
+
+local _M = {}
+
+-- Turn a list (keyed by each item's `name`) or a map into (map, ordered keys).
+function _M.normalize(candidates, what)
+  what = what or "candidates"
+  if type(candidates) ~= "table" then
+    error("bad argument: " .. what .. " must be a table", 3)
+  end
+  local map, order = {}, {}
+  if #candidates > 0 then
+    for i, item in ipairs(candidates) do
+      local name = type(item) == "table" and item.name
+      if type(name) ~= "string" or name == "" then
+        error("bad argument: " .. what .. "[" .. i .. "] has no name to use as its key", 3)
+      end
+      if map[name] then
+        error("bad argument: " .. what .. " has two items named '" .. name .. "'", 3)
+      end
+      map[name] = item
+      order[#order + 1] = name
+    end
+  else
+    for k, v in pairs(candidates) do
+      if type(k) ~= "string" then
+        error("bad argument: " .. what .. " keys must be strings", 3)
+      end
+      map[k] = v
+      order[#order + 1] = k
+    end
+    table_sort(order)
+  end
+  if #order == 0 then error("bad argument: " .. what .. " is empty", 3) end
+  return map, order
+end
+
+-- The router used when none is given: the first key (in order) not failed.
+function _M.in_order(order)
+  return function(_, _, error_ctx)
+    local failed = error_ctx and error_ctx.failed_keys or {}
+    for _, k in ipairs(order) do
+      if not failed[k] then return k end
+    end
+    return nil
+  end
+end
+
+local function finish(failure)
+  if failure.raised then error(failure.err, 0) end
+  return nil, failure.err
+end
+
+function _M.route(opts)
+  local map, order = opts.map, opts.order
+  if not map then map, order = _M.normalize(opts.candidates) end
+  local router = opts.router or _M.in_order(order)
+  local call = opts.call
+  if type(router) ~= "function" then error("bad argument: router must be a function", 2) end
+  if type(call) ~= "function" then error("bad argument: call must be a function", 2) end
+
+  local failed_keys, failure = {}, nil
+  while true do
+    local error_ctx = failure and { failed_keys = failed_keys, last_error = failure.err } or nil
+    local key = router(map, opts.context, error_ctx)
+    if key == nil then
+      if not failure then return nil, "router chose no candidate" end
+      return finish(failure)
+    end
+    if failed_keys[key] then
+      return finish(failure)
+    end
+    local candidate = map[key]
+    if candidate == nil then
+      error("router returned unknown key '" .. tostring(key) .. "'", 2)
+    end
+    local emitted = false
+    local function mark() emitted = true end
+    local res = table_pack(pcall(call, key, candidate, mark))
+    if res[1] and res[2] ~= nil then
+      return res[2], key, select(3, table_unpack(res, 1, res.n))
+    end
+    if res[1] then
+      failure = { err = res[3] or "candidate '" .. key .. "' failed", raised = false }
+    else
+      failure = { err = res[2], raised = true }
+    end
+    if emitted then return finish(failure) end
+    failed_keys[key] = true
+  end
+end
+
+return _M
