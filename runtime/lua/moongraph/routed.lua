@@ -27,9 +27,8 @@ is raised at once. A router that names an agent that already failed, or
 returns nil, ends the routing with the last agent error. Interrupts
 (ctx.interrupt inside an agent) pass through untouched: they are not failures.
 
-The selection and failover loop is `failover` below: it knows nothing about
-agents, only keys, a router and an attempt function, so model-level routing
-can run the same loop over LLM clients.
+The selection and failover loop is moongraph.routing's route(), the one
+llm.routed uses for model-level routing; this module adapts agents to it.
 ]]
 
 local type, pairs, next, error, tostring, setmetatable, getmetatable, xpcall =
@@ -41,6 +40,7 @@ local traceback = debug.traceback
 
 local control = require "moongraph.control"
 local app_mod = require "moongraph.app"
+local routing = require "moongraph.routing"
 
 local is_interrupt = control.is_interrupt
 
@@ -57,48 +57,6 @@ local function sorted_keys(t)
   for k in pairs(t) do out[#out + 1] = tostring(k) end
   table_sort(out)
   return out
-end
-
---[[ failover(what, known, route, attempt) -> results of the successful attempt
-
-The shared selection/failover loop.
-  what     a label for messages ("routed agent 'support'")
-  known    set of selectable keys (key -> true)
-  route    function(error_ctx) -> key | nil; error_ctx is nil on the first
-           call, then {failed_keys = set (a fresh copy), last_error = err}
-  attempt  function(key) -> true, ...results | false, err, emitted
-           (emitted: the target produced output before failing)
-
-Raises: the attempt's error when the target had emitted output, when the
-router returns nil after a failure or names a key that already failed; a
-message naming the problem when the router returns nil before any attempt
-or a key that is not in `known`. ]]
-local function failover(what, known, route, attempt)
-  local failed, last_error = nil, nil
-  while true do
-    local error_ctx = nil
-    if failed then
-      local copy = {}
-      for k in pairs(failed) do copy[k] = true end
-      error_ctx = { failed_keys = copy, last_error = last_error }
-    end
-    local key = route(error_ctx)
-    if key == nil then
-      if failed then error(last_error, 0) end
-      error(what .. ": the router selected no agent", 0)
-    end
-    if not known[key] then
-      error(what .. ": the router returned '" .. tostring(key) ..
-        "', which is not one of its agents (" .. table_concat(sorted_keys(known), ", ") .. ")", 0)
-    end
-    if failed and failed[key] then error(last_error, 0) end
-    local res = table_pack(attempt(key))
-    if res[1] then return table_unpack(res, 2, res.n) end
-    if res[3] then error(res[2], 0) end
-    failed = failed or {}
-    failed[key] = true
-    last_error = res[2]
-  end
 end
 
 ---------------------------------------------------------------------------
@@ -329,6 +287,8 @@ function _M.routed_agent(opts)
   })
   local what = "routed agent '" .. name .. "'"
 
+  local order = sorted_keys(known)
+
   return function(input, ctx)
     if ctx ~= nil and type(ctx) ~= "table" then
       error("bad argument #2 to '" .. name .. "': ctx table expected, got " .. type(ctx), 2)
@@ -336,14 +296,30 @@ function _M.routed_agent(opts)
     ctx = ctx or {}
     local graph_ctx = in_graph(ctx)
     local rctx = setmetatable({ state = input, user_message = user_message(input) }, { __index = ctx })
-    local function route(error_ctx)
-      if error_ctx then return router(view, rctx, error_ctx) end
-      return router(view, rctx)
+
+    -- the user's router sees the read-only view, no third argument on the
+    -- first call and its own copy of failed_keys; an unknown key is named here
+    local function route(_, context, error_ctx)
+      local key
+      if error_ctx then
+        local copy = {}
+        for k in pairs(error_ctx.failed_keys) do copy[k] = true end
+        key = router(view, context, { failed_keys = copy, last_error = error_ctx.last_error })
+      else
+        key = router(view, context)
+      end
+      if key ~= nil and not known[key] then
+        error(what .. ": the router returned '" .. tostring(key) ..
+          "', which is not one of its agents (" .. table_concat(order, ", ") .. ")", 0)
+      end
+      return key
     end
-    local function attempt(key)
+
+    -- one attempt: a boxed result on success (an agent may return nil) or
+    -- an interrupt (not a failure: it must leave the routing untouched);
+    -- a failure is raised with the error's first line
+    local function call(key, _, mark)
       local e = entries[key]
-      local emitted = false
-      local function mark() emitted = true end
       local res
       if e.kind == "graph" then
         if graph_ctx then
@@ -355,12 +331,20 @@ function _M.routed_agent(opts)
         local actx = agent_ctx(ctx, mark, { agent_key = key, routed_agent = name })
         res = table_pack(xpcall(e.target, handler, input, actx))
       end
-      if res[1] then return table_unpack(res, 1, res.n) end
-      local err = res[2]
-      if is_interrupt(err) then error(err, 0) end
-      return false, short(err), emitted
+      if res[1] then return { values = res } end
+      if is_interrupt(res[2]) then return { interrupt = res[2] } end
+      error(short(res[2]), 0)
     end
-    return failover(what, known, route, attempt)
+
+    local box, err = routing.route { map = view_src, order = order, context = rctx,
+      router = route, call = call }
+    if box == nil then
+      -- nothing failed: the router chose no agent at all
+      error(what .. ": the router selected no agent" .. (err and err ~= "router chose no candidate"
+        and (" (" .. tostring(err) .. ")") or ""), 0)
+    end
+    if box.interrupt then error(box.interrupt, 0) end
+    return table_unpack(box.values, 2, box.values.n)
   end
 end
 
