@@ -35,7 +35,7 @@ contains the answer. ]]
 function _M.pick(answer, candidates)
   if type(answer) ~= "string" then return nil end
   local a = answer:gsub("^%s+", ""):gsub("%s+$", "")
-  local n = tonumber(a:match("^(%d+)%s*번?$"))
+  local n = tonumber(a:match("^(%d+)$") or a:match("^(%d+)%s*번$"))
   if n and candidates[n] then return candidates[n] end
   for _, c in ipairs(candidates) do
     if c.store_id == a or norm(c.name) == norm(a) then return c end
