@@ -179,3 +179,77 @@ describe("scripts/agents/complexity", function()
     assert.matches("%[agent%] complex", r.out)
   end)
 end)
+
+describe("scripts/agents with an LLM (OpenAI-compatible test server)", function()
+  local testserver = require "testserver"
+  local llm = require "moongraph.llm"
+  local json = require "cjson"
+  local srv
+  setup(function() srv = testserver.start() end)
+  teardown(function() srv:stop() end)
+
+  local function client()
+    return assert(llm.new { base_url = srv.url .. "/v1", api_key = "k", model = "m", max_retries = 0 })
+  end
+  local function script(replies) mg.run(function() srv:reset(); srv:script(replies) end) end
+  local function requests()
+    local reqs = mg.run(function() return srv:requests("/v1/chat/completions") end)
+    for i, r in ipairs(reqs) do reqs[i] = json.decode(r.body) end
+    return reqs
+  end
+
+  it("fallback: the primary answers with the LLM when it can", function()
+    script { { content = "Run make test." } }
+    local out, events = ask(require("scripts.agents.fallback").build { llm = client() }, "how do I test?")
+    assert.equal("primary", out.agent)
+    assert.equal("Run make test.", out.answer)
+    assert.same({}, events)
+  end)
+
+  it("fallback: an LLM error before any output sends the question to the FAQ agent", function()
+    script { { status = 400, json = { error = { message = "model not found" } } } }
+    local out, events = ask(require("scripts.agents.fallback").build { llm = client() }, "how do I run the tests?")
+    assert.equal("fallback", out.agent)
+    assert.matches("make test", out.answer)
+    assert.matches("model not found", events[1])
+  end)
+
+  it("complexity: the classifier call decides, then the chosen agent answers on its model", function()
+    script { { content = "complex" }, { content = "A long analysis." } }
+    local app = require("scripts.agents.complexity").build { llm = client(), complex_model = "big-model" }
+    local out, events = ask(app, "hi")
+    assert.equal("complex", out.agent)
+    assert.equal("A long analysis.", out.answer)
+    assert.same({ label = "complex", reason = "classifier replied 'complex'", source = "llm" }, out.classification)
+    assert.same({ "complex (llm: classifier replied 'complex')" }, events)
+    local reqs = requests()
+    assert.matches("Classify this request as 'simple' or 'complex'", reqs[1].messages[2].content)
+    assert.equal("m", reqs[1].model)
+    assert.equal("big-model", reqs[2].model)
+  end)
+
+  it("complexity: a failed classifier call falls back to the rules", function()
+    script { { status = 400, json = { error = { message = "nope" } } }, { content = "Short answer." } }
+    local out = ask(require("scripts.agents.complexity").build { llm = client() }, "what time is it?")
+    assert.equal("simple", out.agent)
+    assert.equal("rules", out.classification.source)
+    assert.matches("classifier call failed", out.classification.reason)
+  end)
+
+  it("planning: the LLM picks a tool from the agent's own list only", function()
+    local dir = tmpdir()
+    script { { content = json.encode { tool = "write_file", path = "plan.txt", content = "step 1" } },
+             { content = json.encode { tool = "read_file", path = "plan.txt" } } }
+    local app = require("scripts.agents.planning").build { llm = client(), dir = dir }
+    local w = ask(app, "save step 1 to plan.txt")
+    assert.equal("wrote 6 bytes to plan.txt", w.answer)
+    local r = ask(app, "what is in plan.txt?", { mode = "planning" })
+    assert.equal("plan.txt:\nstep 1", r.answer)
+    local reqs = requests()
+    local enum1 = reqs[1].response_format.json_schema.schema.properties.tool.enum
+    local enum2 = reqs[2].response_format.json_schema.schema.properties.tool.enum
+    assert.same({ "read_file", "write_file", "none" }, enum1)
+    assert.same({ "read_file", "none" }, enum2)
+    os.execute("rm -rf " .. cli.quote(dir))
+  end)
+end)

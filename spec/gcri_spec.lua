@@ -275,3 +275,65 @@ describe("moongraph gcri", function()
     rmdir(dir)
   end)
 end)
+
+describe("GCRI with an LLM (OpenAI-compatible test server)", function()
+  local testserver = require "testserver"
+  local llm = require "moongraph.llm"
+  local srv
+  setup(function() srv = testserver.start() end)
+  teardown(function() srv:stop() end)
+
+  local function client()
+    return assert(llm.new { base_url = srv.url .. "/v1", api_key = "k", model = "m", max_retries = 0 })
+  end
+
+  local HYP = { content = json.encode { hypothesis = "Cache the parsed config.", reasoning = "it is read on every call" } }
+
+  it("samples strategies, drafts and refines per branch, merges and verifies through the model", function()
+    mg.run(function()
+      srv:reset()
+      srv:script {
+        { content = json.encode { strategies = { { name = "memoize", description = "cache results" },
+          { name = "profile", description = "measure first" } } } },
+        HYP, HYP, HYP, HYP,             -- two branches: hypothesis and refine each, in any order
+        { content = json.encode { branches = { { combined_hypothesis = "Cache the parsed config.",
+          source_indices = { 2, 1 }, merge_reasoning = "both say caching" } }, discarded_indices = {},
+          aggregation_summary = "one idea" } },
+        { content = json.encode { passed = true, score = 0.8, feedback = "addresses the hot path" } },
+      }
+    end)
+    local dir = tmpdir()
+    local out = run(gcri.build { llm = client() }, "make the config loader faster", { run_dir = dir })
+    assert.is_true(out.final_decision)
+    assert.equal("Cache the parsed config.", out.answer)
+    assert.equal("one idea", out.aggregation.aggregation_summary)
+    assert.same({ 1, 2 }, out.aggregation.branches[1].source_indices)
+    assert.same({ dir .. "/iter-1/branch-1" }, out.verification_container_map)
+    assert.equal(0.8, out.results[1].score)
+    local reqs = mg.run(function() return srv:requests("/v1/chat/completions") end)
+    assert.equal(7, #reqs)
+    assert.matches("Propose 2 distinct strategies", json.decode(reqs[1].body).messages[1].content)
+    rmdir(dir)
+  end)
+
+  it("refuses a merge that loses a hypothesis and merges offline instead", function()
+    mg.run(function()
+      srv:reset()
+      srv:script {
+        { content = json.encode { strategies = { { name = "a", description = "x" }, { name = "b", description = "y" } } } },
+        HYP, HYP, HYP, HYP,
+        { content = json.encode { branches = { { combined_hypothesis = "x", source_indices = { 1 } } } } },
+        { content = json.encode { passed = false, score = 0.1, feedback = "too vague" } },
+      }
+    end)
+    local dir = tmpdir()
+    local out = run(gcri.build { llm = client() }, "make the config loader faster",
+      { run_dir = dir, max_iterations = 1 })
+    assert.matches("offline merge: the LLM's merge was refused: hypothesis 2 is neither in a branch nor discarded",
+      out.aggregation.aggregation_summary)
+    assert.same({ 1, 2 }, out.aggregation.branches[1].source_indices)
+    assert.is_false(out.final_decision)
+    assert.equal("too vague", out.memory.rejected[1].feedback)
+    rmdir(dir)
+  end)
+end)

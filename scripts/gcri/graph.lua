@@ -83,6 +83,7 @@ local function ask(llm, name, vars, schema)
     json_schema = schema,
   }
   if not res then return nil, "LLM call failed: " .. tostring(err) end
+  if type(res) == "table" and type(res.json) == "table" then return res.json end
   local text = reply_text(res)
   if not text then return nil, "the LLM returned no text" end
   local obj = json.decode(text) or json.decode(text:match("%b{}") or "")
