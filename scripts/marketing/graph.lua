@@ -27,6 +27,7 @@ local START, END = mg.START, mg.END
 local _M = {}
 
 _M.INTENT_NODES = { SNS = "sns", REVISIT = "revisit", ISSUE = "issue", GENERAL = "general" }
+local INTENT_ORDER = { "SNS", "REVISIT", "ISSUE", "GENERAL" }
 
 --[[ The state: what one turn reads and writes (reset by the adapter at the
 start of each turn) and the conversation `messages`, kept per thread. ]]
@@ -139,8 +140,8 @@ function _M.build(opts)
     return { signals = f.signals, persona = f.persona, channel_hints = f.channel_hints }
   end)
 
-  for intent, node in pairs(_M.INTENT_NODES) do
-    g:add_node(node, strategy_node(intent, env))
+  for _, intent in ipairs(INTENT_ORDER) do
+    g:add_node(_M.INTENT_NODES[intent], strategy_node(intent, env))
   end
 
   g:add_node("relevance_checker", function(s)
@@ -179,7 +180,7 @@ function _M.build(opts)
     if s.error then return "memory" end
     return _M.INTENT_NODES[s.intent] or "general"
   end, { "sns", "revisit", "issue", "general", "memory" })
-  for _, node in pairs(_M.INTENT_NODES) do g:add_edge(node, "relevance_checker") end
+  for _, intent in ipairs(INTENT_ORDER) do g:add_edge(_M.INTENT_NODES[intent], "relevance_checker") end
   g:add_conditional_edges("relevance_checker", function(s)
     if s.relevance_passed then return "memory" end
     if (s.retry_count or 0) <= env.settings.max_retries then return _M.INTENT_NODES[s.intent] end
