@@ -2,7 +2,7 @@
 ** core.c — the `moongraph.core` Lua module.
 **
 ** Gathers the runtime's sub-modules into one table: core.loop, core.sse,
-** core.http, core.redis, core.pg, core.store. Sub-modules are referenced
+** core.http, core.redis, core.pg, core.store, core.signal. Sub-modules are referenced
 ** weakly, so a build that leaves one out still links; the Lua side reports
 ** a missing one clearly when it is required.
 */
@@ -13,6 +13,7 @@
 #pragma weak mg_open_redis
 #pragma weak mg_open_pg
 #pragma weak mg_open_store
+#pragma weak mg_open_signal
 
 int luaopen_moongraph_core(lua_State *L) {
   const struct { const char *name; lua_CFunction open; } subs[] = {
@@ -22,6 +23,7 @@ int luaopen_moongraph_core(lua_State *L) {
     {"redis", mg_open_redis},
     {"pg", mg_open_pg},
     {"store", mg_open_store},
+    {"signal", mg_open_signal},
   };
   lua_newtable(L);
   for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {

@@ -76,6 +76,7 @@ int mg_open_http(lua_State *L);
 int mg_open_redis(lua_State *L);
 int mg_open_pg(lua_State *L);
 int mg_open_store(lua_State *L);
+int mg_open_signal(lua_State *L);
 
 /* SIGINT while Lua runs: the REPL and CLI install this (see loop.c). */
 void mg_install_interrupt(lua_State *L);
