@@ -1,5 +1,5 @@
--- The saver interface contract (docs/checkpoints.md), run against every
--- saver this repository ships.
+-- The saver interface contract (spec/support/saver_contract.lua) run against
+-- the savers of moongraph.checkpoint, and the file saver's on-disk layout.
 local mg = require "moongraph"
 local checkpoint = require "moongraph.checkpoint"
 local json = require "moongraph.checkpoint.json"
@@ -15,123 +15,10 @@ local function cp(id, values, step)
     values = values or {}, next = {} }
 end
 
-local savers = {
-  memory = function() return checkpoint.memory() end,
-  file = function() return checkpoint.file(tmpdir()) end,
-}
+local contract = require "saver_contract"
 
-for name, make in pairs(savers) do
-  describe(name .. " saver", function()
-    local function with_saver(fn)
-      return mg.run(function() return fn(make()) end)
-    end
-
-    it("put returns the new config and get returns the latest checkpoint", function()
-      with_saver(function(s)
-        local c1 = assert(s:put({ thread_id = "t" }, cp("0001", { n = 1 }), { source = "input" }))
-        assert.same({ thread_id = "t", checkpoint_ns = "", checkpoint_id = "0001" }, c1)
-        assert(s:put(c1, cp("0002", { n = 2 }, 1), { source = "loop" }))
-        local tup = s:get { thread_id = "t" }
-        assert.equal("0002", tup.checkpoint.id)
-        assert.same({ n = 2 }, tup.checkpoint.values)
-        assert.equal("loop", tup.metadata.source)
-        assert.equal("0001", tup.parent_config.checkpoint_id)
-        assert.same({}, tup.pending_writes)
-        local old = s:get { thread_id = "t", checkpoint_id = "0001" }
-        assert.same({ n = 1 }, old.checkpoint.values)
-        assert.is_nil(old.parent_config)
-      end)
-    end)
-
-    it("get returns nil for an unknown thread or checkpoint", function()
-      with_saver(function(s)
-        assert.is_nil(s:get { thread_id = "none" })
-        assert(s:put({ thread_id = "t" }, cp("0001"), {}))
-        assert.is_nil(s:get { thread_id = "t", checkpoint_id = "9999" })
-      end)
-    end)
-
-    it("put_writes stores each task's writes, replacing earlier ones of that task", function()
-      with_saver(function(s)
-        local c = assert(s:put({ thread_id = "t" }, cp("0001"), {}))
-        assert.is_true(s:put_writes(c, "1:b", { { "x", 1 } }))
-        assert.is_true(s:put_writes(c, "1:a", { { "y", { deep = true } }, { "__route__", { "c" } } }))
-        assert.is_true(s:put_writes(c, "1:b", { { "x", 2 } }))
-        local tup = s:get { thread_id = "t" }
-        assert.same({
-          { "1:a", "y", { deep = true } },
-          { "1:a", "__route__", { "c" } },
-          { "1:b", "x", 2 },
-        }, tup.pending_writes)
-      end)
-    end)
-
-    it("keeps values exact: integers stay integers, floats stay floats", function()
-      with_saver(function(s)
-        assert(s:put({ thread_id = "t" }, cp("0001", { i = 2, f = 2.0, x = 0.1 }), {}))
-        local v = s:get({ thread_id = "t" }).checkpoint.values
-        assert.equal("integer", math.type(v.i))
-        assert.equal("float", math.type(v.f))
-        assert.equal(0.1, v.x)
-      end)
-    end)
-
-    it("refuses state that cannot be saved, naming where it is", function()
-      with_saver(function(s)
-        local ok, err = s:put({ thread_id = "t" }, cp("0001", { cb = print }), {})
-        assert.is_nil(ok)
-        assert.matches("values.cb is a function", err)
-      end)
-    end)
-
-    it("list returns checkpoints newest first, honouring limit and before", function()
-      with_saver(function(s)
-        local c = { thread_id = "t" }
-        for i = 1, 5 do c = assert(s:put(c, cp(string.format("%04d", i)), { step = i })) end
-        local ids = {}
-        for _, tup in ipairs(s:list({ thread_id = "t" })) do ids[#ids + 1] = tup.checkpoint.id end
-        assert.same({ "0005", "0004", "0003", "0002", "0001" }, ids)
-        local l = s:list({ thread_id = "t" }, { limit = 2, before = "0004" })
-        assert.equal(2, #l)
-        assert.equal("0003", l[1].checkpoint.id)
-        assert.equal("0002", l[2].checkpoint.id)
-        l = s:list({ thread_id = "t" }, { before = { checkpoint_id = "0002" } })
-        assert.equal(1, #l)
-        assert.same({}, s:list { thread_id = "nobody" })
-      end)
-    end)
-
-    it("namespaces are separate", function()
-      with_saver(function(s)
-        assert(s:put({ thread_id = "t" }, cp("0001", { where = "root" }), {}))
-        assert(s:put({ thread_id = "t", checkpoint_ns = "sub:1:sub" }, cp("0002", { where = "sub" }), {}))
-        assert.equal("root", s:get({ thread_id = "t" }).checkpoint.values.where)
-        assert.equal("sub", s:get({ thread_id = "t", checkpoint_ns = "sub:1:sub" }).checkpoint.values.where)
-      end)
-    end)
-
-    it("delete_thread removes every checkpoint of the thread and no other", function()
-      with_saver(function(s)
-        assert(s:put({ thread_id = "t" }, cp("0001"), {}))
-        assert(s:put({ thread_id = "t", checkpoint_ns = "x:1" }, cp("0002"), {}))
-        assert(s:put({ thread_id = "u" }, cp("0003"), {}))
-        assert.is_true(s:delete_thread("t"))
-        assert.is_nil(s:get { thread_id = "t" })
-        assert.is_nil(s:get { thread_id = "t", checkpoint_ns = "x:1" })
-        assert.is_not_nil(s:get { thread_id = "u" })
-        assert.is_true(s:delete_thread("never-existed"))
-      end)
-    end)
-
-    it("raises on misuse", function()
-      with_saver(function(s)
-        assert.has_error(function() s:put({}, cp("1"), {}) end)
-        assert.has_error(function() s:put_writes({ thread_id = "t" }, "task", {}) end)
-        assert.has_error(function() s:list({ thread_id = "t" }, { limit = 0 }) end)
-      end)
-    end)
-  end)
-end
+contract("memory", function() return checkpoint.memory() end, _ENV)
+contract("file", function() return checkpoint.file(tmpdir()) end, _ENV)
 
 describe("file saver layout", function()
   it("writes one directory per thread with readable JSON and no temp files left", function()
@@ -145,7 +32,7 @@ describe("file saver layout", function()
     local f = assert(io.open(tdir .. "/00ab.json"))
     local text = f:read("a")
     f:close()
-    assert.matches('\n  "checkpoint": {', text)
+    assert.matches('\n"checkpoint": {\n  "id"', text)
     local doc = json.decode(text)
     assert.equal("héllo", doc.checkpoint.values.msg)
     assert.equal("input", doc.metadata.source)

@@ -1,7 +1,7 @@
 local mg = require "moongraph"
 local G = require "moongraph.graph"
 local executor = require "moongraph.executor"
-local START, END = G.START, G.END
+local START = G.START
 local R = G.reducers
 
 local function run(fn) return mg.run(fn) end
@@ -76,6 +76,16 @@ describe("node policies", function()
     end, { timeout = 0.02, retry = { max_attempts = 2, initial_interval = 0.001 } })
     g:add_edge(START, "slow_then_fast")
     assert.equal(2, run(function() return g:compile():invoke({}).done end))
+  end)
+
+  it("a timed-out node under fail_open is recorded and the run goes on", function()
+    local g = G.new()
+    g:add_node("weather", function() mg.sleep(5) end, { timeout = 0.01, policy = "fail_open" })
+    g:add_node("answer", function() return { answer = "without weather" } end)
+    g:add_edge(START, "weather"):add_edge("weather", "answer")
+    local out = run(function() return g:compile():invoke {} end)
+    assert.equal("without weather", out.answer)
+    assert.matches("node 'weather' timed out after 0.01 s", out.errors[1].error)
   end)
 
   it("fail_close (default) aborts the run and cancels sibling tasks", function()
@@ -178,5 +188,4 @@ describe("node policies", function()
     assert.equal(1, #out.errors)
   end)
 
-  local _ = END
 end)

@@ -144,6 +144,23 @@ describe("streaming", function()
     assert.is_false(reached)
   end)
 
+  it("leaving the loop early also cancels the tasks of a parallel step", function()
+    local finished = {}
+    local g = G.new()
+    g:add_node("fan", function(_, ctx) ctx.emit "fanned out" end)
+    g:add_node("p1", function() mg.sleep(0.01); finished.p1 = true end)
+    g:add_node("p2", function() mg.sleep(0.01); finished.p2 = true end)
+    g:add_edge(START, "fan"):add_edge("fan", "p1"):add_edge("fan", "p2")
+    local app = g:compile()
+    run(function()
+      for ev in app:stream({}, { modes = { "tasks" } }) do
+        if ev.node == "p2" and ev.data.event == "start" then break end
+      end
+      mg.sleep(0.03)
+    end)
+    assert.same({}, finished)
+  end)
+
   it("rejects unknown modes and streaming outside a task", function()
     local app = two_writers()
     assert.has_error(function() app:stream({}, { modes = { "everything" } }) end)

@@ -137,5 +137,4 @@ describe("subgraphs", function()
     assert.equal(1, inner_runs)   -- the subgraph resumed from its own checkpoint
   end)
 
-  local _ = END
 end)

@@ -20,6 +20,7 @@ resumes interrupts and/or updates state and picks the next nodes.
 local type, pairs, ipairs, error, setmetatable, getmetatable, tostring, pcall, next =
   type, pairs, ipairs, error, setmetatable, getmetatable, tostring, pcall, next
 local table_sort = table.sort
+local coroutine_running = coroutine.running
 
 local control = require "moongraph.control"
 
@@ -34,6 +35,7 @@ local function P()
 end
 
 function _M.new(spec)
+  spec.pool = {}
   spec.cache = {}
   for name in pairs(spec.nodes) do spec.cache[name] = {} end
   return setmetatable(spec, app_mt)
@@ -43,8 +45,12 @@ function _M.is_app(v)
   return getmetatable(v) == app_mt
 end
 
+-- the config of a call without one (read-only: nodes see it as ctx.config)
+local NO_CFG = setmetatable({}, { __newindex = function()
+  error("ctx.config is read-only here: no config table was passed to invoke", 2) end })
+
 local function check_cfg(cfg, fname)
-  if cfg == nil then return {} end
+  if cfg == nil then return NO_CFG end
   if type(cfg) ~= "table" then
     error("bad argument #2 to '" .. fname .. "': config table expected, got " .. type(cfg), 3)
   end
@@ -55,7 +61,8 @@ end
 -- fresh mg.run (so plain scripts can call app:invoke at top level).
 local function in_task(fn, ...)
   local rt = P().runtime()
-  if rt.current() then return fn(...) end
+  local _, main = coroutine_running()
+  if not main and rt.current() then return fn(...) end
   return rt.run(fn, ...)
 end
 
@@ -112,7 +119,8 @@ function app:stream(input, cfg)
     end
   end
   local rt = P().runtime()
-  if not rt.current() then
+  local _, main = coroutine_running()
+  if main or not rt.current() then
     error("app:stream must be called inside a moongraph task (mg.run, mg.spawn or the CLI)", 2)
   end
   local q = rt.queue()

@@ -15,14 +15,13 @@ would leave it, and returns a result record:
 It never raises: failures are data for the superstep runner (moongraph.pregel).
 ]]
 
-local type, pairs, ipairs, tostring, error, xpcall, pcall, setmetatable, rawset, rawget =
-  type, pairs, ipairs, tostring, error, xpcall, pcall, setmetatable, rawset, rawget
+local type, pairs, tostring, error, xpcall, pcall, setmetatable, rawset, rawget =
+  type, pairs, tostring, error, xpcall, pcall, setmetatable, rawset, rawget
 local math_random = math.random
 local string_find, string_sub = string.find, string.sub
 local traceback = debug.traceback
 
 local control = require "moongraph.control"
-local reducers = require "moongraph.reducers"
 
 local is_command, is_send, is_interrupt = control.is_command, control.is_send, control.is_interrupt
 local END = control.END
@@ -97,14 +96,28 @@ function ctx_methods.interrupt(ctx)
     end
     local prefix = R.ns ~= "" and (R.ns .. "|") or ""
     error(control.interrupt_error { {
-      id = prefix .. t.id .. "/" .. i, value = value, node = ctx.node, ns = R.ns,
+      id = prefix .. ctx.task_id .. "/" .. i, value = value, node = ctx.node, ns = R.ns,
     } }, 0)
   end
 end
 
+-- fields computed on access, so that making a ctx costs one small table
+local ctx_fields = {
+  config = function(ctx) return ctx._R.cfg end,
+  step = function(ctx) return ctx._R.step + 1 end,
+  ns = function(ctx) return ctx._R.ns end,
+  attempt = function() return 1 end,
+  task_id = function(ctx)
+    local t = ctx._t
+    return t.id or _M.task_id(ctx._R.step + 1, t)
+  end,
+}
+
 local ctx_mt = {
   __name = "moongraph.ctx",
   __index = function(ctx, k)
+    local field = ctx_fields[k]
+    if field then return field(ctx) end
     local make = ctx_methods[k]
     if make then
       local f = make(ctx)
@@ -113,6 +126,12 @@ local ctx_mt = {
     end
   end,
 }
+
+-- the id of task t in step `step`: "<step>:<node>" or "<step>:<node>#<send>"
+function _M.task_id(step, t)
+  if t.send then return step .. ":" .. t.node .. "#" .. t.send end
+  return step .. ":" .. t.node
+end
 
 local function backoff(r, n)
   local d = r.initial_interval * r.backoff_factor ^ (n - 1)
@@ -308,55 +327,69 @@ function _M.route(R, spec, state, res, ctx)
   return nil
 end
 
---[[ run(R, t) -> result record (see the top of this file). ]]
-function _M.run(R, t)
-  local ctx = setmetatable({
-    node = t.node, task_id = t.id, config = R.cfg, step = R.step + 1, ns = R.ns,
-    attempt = 1, _R = R, _t = t,
-  }, ctx_mt)
-  local input = t.send and t.arg or R.values
-  local ok, v, ran, cached, failed = run_policies(R, t.node, input, ctx)
-  local res = { status = "done", ran = ran, cached = cached, failed = failed }
+--[[ run(R, t [, reuse]) -> result record (see the top of this file).
+reuse: the task runs alone in the runner's coroutine, so the run's ctx table
+is recycled instead of making a new one. ]]
+function _M.run(R, t, reuse)
+  local ctx = reuse and R.ctx
+  if ctx then
+    ctx.node, ctx._t, ctx.attempt, ctx._ic = t.node, t, nil, nil
+  else
+    ctx = setmetatable({ node = t.node, _R = R, _t = t }, ctx_mt)
+    if reuse then R.ctx = ctx end
+  end
+  local input
+  if t.send then input = t.arg else input = R.values end
+  local spec = R.nodes[t.node]
+  local ok, v, ran, cached, failed
+  if spec.plain then
+    ok, v = xpcall(spec.fn, handler, input, ctx)
+    ran = t.node
+    if not ok and not is_interrupt(v) then
+      if type(v) ~= "string" then v = tostring(short_error(v)) end
+      v = "node '" .. ran .. "' failed: " .. v
+    end
+  else
+    ok, v, ran, cached, failed = run_policies(R, t.node, input, ctx)
+  end
   if not ok then
     if is_interrupt(v) then
-      res.status = "interrupt"
-      res.interrupts = v
-    else
-      res.status = "error"
-      res.error = v
+      return { status = "interrupt", interrupts = v, ran = ran }
     end
-    return res
+    return { status = "error", error = v, ran = ran }
   end
   -- normalise the node's return value
+  local res
   local to
-  if v ~= nil then
-    if is_command(v) then
-      if v.resume ~= nil then
-        return route_error(res, "node '" .. ran .. "' returned Command{resume=...}; resume is for the caller of invoke()")
-      end
-      res.update = v.update
-      to = v.to
-    elseif type(v) == "table" then
-      res.update = v
+  if v == nil or (type(v) == "table" and not is_command(v)) then
+    res = reuse and R.res
+    if res then
+      -- the previous inline step's record: consumed by its barrier already
+      res.status, res.update, res.route, res.sends = "done", v, nil, nil
+      res.ran, res.cached, res.failed, res.error = nil, nil, nil, nil
     else
+      res = { status = "done", update = v, route = nil, sends = nil }
+      if reuse then R.res = res end
+    end
+  else
+    res = { status = "done", update = nil }
+    if type(v) ~= "table" then
       return route_error(res, "node '" .. ran .. "' returned a " .. type(v) ..
         "; return a table of state updates, nil or mg.Command{...}")
     end
-    local up = res.update
-    if up then
-      for k in pairs(up) do
-        if type(k) ~= "string" then
-          return route_error(res, "node '" .. ran .. "' returned an update with a " .. type(k) ..
-            " key; state keys are strings")
-        end
-      end
+    if v.resume ~= nil then
+      return route_error(res, "node '" .. ran .. "' returned Command{resume=...}; resume is for the caller of invoke()")
     end
+    res.update = v.update
+    to = v.to
   end
+  if ran ~= t.node then res.ran = ran end
+  if cached then res.cached = true end
+  if failed then res.failed = true end
   if to ~= nil then
     local err = add_targets(R, res, to, nil, "node '" .. ran .. "' (Command.to)")
     if err then return route_error(res, err) end
   end
-  local spec = R.nodes[t.node]
   if spec.branches[1] then
     local okr, state = pcall(local_state, R, res.update)
     if not okr then
@@ -369,5 +402,4 @@ function _M.run(R, t)
   return res
 end
 
-local _ = ipairs, reducers
 return _M

@@ -17,8 +17,7 @@ mg.START, mg.END, mg.Send, mg.Command, mg.reducers and mg.checkpoint.
 
 local type, pairs, ipairs, error, tostring, setmetatable, getmetatable =
   type, pairs, ipairs, error, tostring, setmetatable, getmetatable
-local string_format, string_find, table_concat, table_sort =
-  string.format, string.find, table.concat, table.sort
+local string_find, table_concat, table_sort = string.find, table.concat, table.sort
 
 local control = require "moongraph.control"
 local reducers = require "moongraph.reducers"
@@ -510,6 +509,8 @@ function builder:compile(opts)
       policy = s.policy, fallback = s.fallback, defer = s.defer, cache = s.cache,
       destinations = s.destinations, metadata = s.metadata,
       edges = {}, joins = {}, branches = {},
+      -- no option to apply: the runner calls fn directly
+      plain = not s.sub and not s.retry and not s.timeout and not s.cache and s.policy == "fail_close",
     }
   end
   local start = { name = START, edges = {}, joins = {}, branches = {} }
@@ -556,5 +557,4 @@ function builder:compile(opts)
   }
 end
 
-local _ = string_format
 return _M

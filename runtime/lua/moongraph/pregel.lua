@@ -38,6 +38,10 @@ local exec_run = executor.run
 
 local _M = {}
 
+-- the state before any input: shared, never written
+local EMPTY_STATE = setmetatable({}, { __newindex = function()
+  error("internal: write to the shared empty state", 2) end })
+
 local rt
 local function runtime()
   if not rt then
@@ -83,15 +87,40 @@ local function saver_call(io, op, a, b, c)
   end
 end
 
+--[[ The async writer: issues the run's writes in order. A saver that sets
+`concurrent_writes = n` gets up to n writes in flight at once (the file
+saver's fsyncs then share journal commits); two writes to the same target
+(the same task's writes of one checkpoint) still complete in order. Order
+between different targets does not matter for recovery: a later checkpoint
+already holds the results of every pending write of the earlier ones. ]]
 local function writer_loop(io)
   local q = io.q
+  local limit = io.limit
+  local inflight, busy, done = 0, {}, nil
+  local function one(job)
+    saver_call(io, job.op, job.a, job.b, job.c)
+    busy[job.key] = nil
+    done:put(true)
+  end
   while true do
     local job = q:get()
     if job == nil then return end
     if job.flush then
+      while inflight > 0 do done:get(); inflight = inflight - 1 end
       job.flush:put(true)
     elseif not io.err then
-      saver_call(io, job.op, job.a, job.b, job.c)
+      if limit <= 1 then
+        saver_call(io, job.op, job.a, job.b, job.c)
+      else
+        done = done or runtime().queue()
+        while inflight >= limit or busy[job.key] do
+          done:get()
+          inflight = inflight - 1
+        end
+        busy[job.key] = true
+        inflight = inflight + 1
+        runtime().spawn(one, job)
+      end
     end
   end
 end
@@ -104,10 +133,14 @@ local function io_op(R, op, a, b, c)
     saver_call(io, op, a, b, c)
   elseif mode == "async" then
     if not io.q then
+      local n = io.saver.concurrent_writes
+      io.limit = type(n) == "number" and n >= 1 and n or 1
       io.q = runtime().queue()
       io.task = runtime().spawn(writer_loop, io)
     end
-    io.q:put { op = op, a = a, b = b, c = c }
+    -- the target: a checkpoint, or one task's writes for a checkpoint
+    local key = op == "put" and b.id or (a.checkpoint_ns .. "\0" .. a.checkpoint_id .. "\0" .. b)
+    io.q:put { op = op, a = a, b = b, c = c, key = key }
   else -- exit: remember the latest checkpoint of this namespace and its writes
     local ex = R.exit
     if op == "put" then
@@ -288,8 +321,20 @@ end
 -- running the tasks of one step
 
 local function worker(R, t, i, results, q)
-  results[i] = exec_run(R, t)
+  local ok, res = pcall(exec_run, R, t)
+  if not ok then
+    res = { status = "error", error = "task " .. task_label(t) .. " failed inside the engine: " .. tostring(res) }
+  end
+  results[i] = res
   q:put(i)
+end
+
+-- cancels the step's tasks still running when the runner stops early
+-- (fail_close, or the run itself cancelled: a stream left early, a timeout)
+local function cancel_rest(handles)
+  for _, h in pairs(handles) do
+    if not h:done() then h:cancel() end
+  end
 end
 
 -- results[i] preset for tasks finished earlier (from pending writes).
@@ -303,16 +348,18 @@ local function run_tasks(R, tasks, results)
   if todo == 0 then return nil end
   if todo == 1 then
     local t = tasks[last]
-    on_start(R, t)
-    local res = exec_run(R, t)
+    local obs = R.obs
+    if obs then on_start(R, t) end
+    local res = exec_run(R, t, true)
     results[last] = res
-    on_finish(R, t, res)
+    if obs then on_finish(R, t, res) end
     if res.status == "error" then return res.error end
     return nil
   end
   local r = runtime()
   local q = r.queue()
   local handles = {}
+  local guard <close> = setmetatable({}, { __close = function() cancel_rest(handles) end })
   for i = 1, n do
     if results[i] == nil then
       on_start(R, tasks[i])
@@ -330,9 +377,7 @@ local function run_tasks(R, tasks, results)
   end
   if fatal then
     -- fail_close: stop the siblings still running; keep what finished
-    for i, h in pairs(handles) do
-      if results[i] == nil then h:cancel() end
-    end
+    cancel_rest(handles)
     for i in pairs(handles) do
       if results[i] ~= nil and not done[i] then on_finish(R, tasks[i], results[i]) end
     end
@@ -360,15 +405,40 @@ _M.apply_input = apply_input
 
 --[[ Apply the writes of a step in plan order -> new values | raises a
 message (reducer failure or two writes to a `last` key). ]]
+local function bad_key(k, who)
+  error(who .. " returned an update with a " .. type(k) .. " key; state keys are strings", 0)
+end
+
 local function apply_writes(R, tasks, results, cmd)
   local reds = R.reducers
-  local new = {}
-  for k, v in pairs(R.values) do new[k] = v end
+  local new
+  local copy = R.cow
+  if not copy then
+    -- a Send packet carrying the state itself must keep this step's state
+    local values = R.values
+    for i = 0, #tasks do
+      local res = i == 0 and cmd or results[i]
+      local sends = res and res.sends
+      if sends then
+        for j = 1, #sends do
+          if sends[j].arg == values then copy = true end
+        end
+      end
+    end
+  end
+  if copy then
+    -- old snapshots are still referenced (checkpoints, stream events)
+    new = {}
+    for k, v in pairs(R.values) do new[k] = v end
+  else
+    new = R.values
+  end
   local n = #tasks
   if n == 1 and not cmd then
     local up = results[1].update
     if up then
       for k, v in pairs(up) do
+        if type(k) ~= "string" then bad_key(k, "node '" .. tasks[1].node .. "'") end
         local red = reds[k]
         if red then new[k] = red(new[k], v) else new[k] = v end
       end
@@ -378,6 +448,9 @@ local function apply_writes(R, tasks, results, cmd)
   local lists, writers, keys = {}, {}, {}
   local function collect(up, who)
     for k, v in pairs(up) do
+      if type(k) ~= "string" then
+        bad_key(k, type(who) == "number" and ("task " .. task_label(tasks[who])) or who)
+      end
       local l = lists[k]
       if not l then
         lists[k] = { v }
@@ -424,9 +497,39 @@ local function apply_writes(R, tasks, results, cmd)
   return new
 end
 
+local EMPTY = setmetatable({}, { __newindex = function() error("shared empty plan", 2) end })
+
+
+-- The plan after a node with a single plain edge (or none), shared between
+-- runs: only used when nothing annotates task records (no saver, stream or
+-- trace). false: the node needs the general path.
+local function single_plan(nodes, spec)
+  local sp = spec.single_plan
+  if sp == nil then
+    sp = false
+    if not spec.joins[1] and not spec.branches[1] and not spec.edges[2] then
+      local target = spec.edges[1]
+      if target == nil or target == END then
+        sp = EMPTY
+      elseif not nodes[target].defer then
+        sp = { { node = target } }
+      end
+    end
+    spec.single_plan = sp
+  end
+  return sp
+end
+
 -- Work out the next plan (list of tasks) from what the step produced.
 local function plan_next(R, tasks, results, cmd)
   local nodes = R.nodes
+  if not tasks[2] and not cmd and not R.obs and not R.deferred then
+    local res = results[1]
+    if res.status == "done" and not res.route and not res.sends then
+      local sp = single_plan(nodes, nodes[tasks[1].node])
+      if sp then return sp end
+    end
+  end
   local pulls, pushes, seen = {}, nil, nil
   local function add(name)
     if name == END then return end
@@ -486,22 +589,25 @@ local function plan_next(R, tasks, results, cmd)
     R.deferred = nil
   end
   if pulls[2] then table_sort(pulls) end
-  return _M.make_plan(R.step + 1, pulls, pushes)   -- R.step: the step just done
+  return _M.make_plan(R.step + 1, pulls, pushes, R.obs)   -- R.step: the step just done
 end
 
--- tasks for step `step` from node names and Send packets
-function _M.make_plan(step, pulls, pushes)
+--[[ tasks for step `step` from node names and Send packets. Task ids are
+filled in when `ids` is set (saver, stream or trace need them); otherwise
+ctx.task_id computes one on demand. ]]
+function _M.make_plan(step, pulls, pushes, ids)
   local plan = {}
-  local prefix = step .. ":"
+  local prefix = ids and (step .. ":")
   for i = 1, #pulls do
     local name = pulls[i]
-    plan[i] = { node = name, id = prefix .. name }
+    plan[i] = { node = name, id = ids and (prefix .. name) or nil }
   end
   if pushes then
     local n = #plan
     for j = 1, #pushes do
       local s = pushes[j]
-      plan[n + j] = { node = s.node, send = j, arg = s.arg, id = prefix .. s.node .. "#" .. j }
+      plan[n + j] = { node = s.node, send = j, arg = s.arg,
+        id = ids and (prefix .. s.node .. "#" .. j) or nil }
     end
   end
   return plan
@@ -509,14 +615,28 @@ end
 
 -- the first plan of a run: START's edges and routers on the input state
 local function plan_start(R)
-  local res = { status = "done" }
   local start = R.app.start
+  local res = nil
   if start.branches[1] then
+    res = { status = "done" }
     local err = executor.route(R, start, R.values, res, {
       node = START, task_id = (R.step + 1) .. ":" .. START, config = R.cfg, ns = R.ns,
       step = R.step + 1,
     })
     if err then return nil, err end
+  elseif not R.obs then
+    -- START's plain edges always lead to the same plan
+    local sp = start.plan
+    if not sp then
+      local pulls = {}
+      for _, e in ipairs(start.edges) do
+        if e ~= END then pulls[#pulls + 1] = e end
+      end
+      table_sort(pulls)
+      sp = _M.make_plan(0, pulls, nil, false)
+      start.plan = sp
+    end
+    return sp
   end
   local pulls = {}
   local seen = {}
@@ -527,9 +647,9 @@ local function plan_start(R)
     end
   end
   for _, e in ipairs(start.edges) do add(e) end
-  if res.route then for _, e in ipairs(res.route) do add(e) end end
+  if res and res.route then for _, e in ipairs(res.route) do add(e) end end
   table_sort(pulls)
-  return _M.make_plan(R.step + 1, pulls, res.sends)
+  return _M.make_plan(R.step + 1, pulls, res and res.sends, R.obs)
 end
 _M.plan_start = plan_start
 
@@ -674,7 +794,15 @@ local function loop(R, plan, results, cmd, skip_before)
       if rec then return interrupted(R, rec) end
     end
     skip_before = false
-    results = results or {}
+    if not results then
+      if plan[2] then
+        results = {}
+      else
+        results = R.rbuf
+        if not results then results = {}; R.rbuf = results end
+        results[1] = nil
+      end
+    end
     local span = R.trace and R.trace:begin_step(R.step + 1, #plan)
     local fatal = run_tasks(R, plan, results)
     if span then R.trace:finish(span) end
@@ -709,17 +837,21 @@ local function loop(R, plan, results, cmd, skip_before)
   return R.values
 end
 
-local function new_run(app, cfg, parent, ns)
+local function new_run(app, cfg, parent, ns, sink, trace)
+  if parent then sink, trace = parent.sink, parent.trace end
+  -- one constructor with every field: the table is sized once
   local R = {
     app = app, nodes = app.nodes, reducers = app.reducers, cfg = cfg,
     ns = ns or "", limit = (not parent and cfg.recursion_limit) or app.recursion_limit,
-    values = {}, step = -1,
+    values = nil, step = -1, root = not parent,
+    saver = nil, io = nil, thread_id = nil, exit = nil,
+    sink = sink, trace = trace, cow = false, obs = false,
+    cp_id = nil, saved_id = nil, last_id = nil,
+    barriers = nil, deferred = nil, ctx = nil, rbuf = nil, res = nil,
   }
   if parent then
     R.saver, R.io, R.thread_id = parent.saver, parent.io, parent.thread_id
-    R.sink, R.trace = parent.sink, parent.trace
   else
-    R.root = true
     local saver = app.checkpointer
     if saver then
       if cfg.thread_id == nil then
@@ -735,9 +867,18 @@ local function new_run(app, cfg, parent, ns)
     end
   end
   if R.io and R.io.mode == "exit" then R.exit = { writes = {} } end
+  R.values = EMPTY_STATE
+  _M.observe(R)
   return R
 end
 _M.new_run = new_run
+
+-- cow: old state snapshots stay referenced (saver, stream), so the barrier
+-- copies the state; obs: something records tasks (saver, stream, trace).
+function _M.observe(R)
+  R.cow = (R.saver or R.sink) and true or false
+  R.obs = (R.cow or R.trace) and true or false
+end
 
 -- resume values for interrupted tasks -> nil | error message
 local function assign_resume(R, plan, results, pending, resume)
@@ -903,6 +1044,7 @@ local function start(R, input, cfg, resume_cmd)
     if not ok then return nil, "input: " .. tostring(v) end
     R.values = v
   end
+  if R.values == EMPTY_STATE then R.values = {} end
   R.step = R.step + 1
   local plan, err
   if cmd and cmd.to ~= nil then
@@ -911,7 +1053,7 @@ local function start(R, input, cfg, resume_cmd)
     if err then return nil, err end
     local pulls = res.route or {}
     table_sort(pulls)
-    plan = _M.make_plan(R.step + 1, pulls, res.sends)
+    plan = _M.make_plan(R.step + 1, pulls, res.sends, R.obs)
   else
     plan, err = plan_start(R)
     if not plan then return nil, err end
@@ -925,17 +1067,50 @@ local function start(R, input, cfg, resume_cmd)
 end
 
 --[[ run(app, input, cfg, sink) -> values | nil, err : the root of a run. ]]
-function _M.run(app, input, cfg, sink)
-  local R = new_run(app, cfg or {}, nil, nil)
-  R.sink = sink
-  if cfg and cfg.trace then
-    R.trace = require("moongraph.trace").new(cfg.trace, runtime().now)
+-- Run contexts of plain runs (no saver, stream or trace) are recycled per
+-- graph: a run costs no context table, ctx table or result buffer.
+local POOL_MAX = 8
+
+local function acquire(app, cfg)
+  local pool = app.pool
+  local n = #pool
+  if n == 0 then
+    local R = new_run(app, cfg, nil, nil, nil, nil)
+    R.pooled = true
+    return R
   end
-  local guard <close> = setmetatable({}, { __close = function() io_close(R) end })
-  local ok, values, err = pcall(start, R, input, cfg or {})
-  local fok, ferr = io_flush(R)
-  if R.trace then
-    local tok, terr = R.trace:write()
+  local R = pool[n]
+  pool[n] = nil
+  R.cfg = cfg
+  R.limit = cfg.recursion_limit or app.recursion_limit
+  R.values, R.step = EMPTY_STATE, -1
+  return R
+end
+
+local function release(R)
+  local pool = R.app.pool
+  R.cfg, R.values, R.barriers, R.deferred = nil, nil, nil, nil
+  if R.rbuf then R.rbuf[1] = nil end
+  if R.ctx then R.ctx._t = nil end
+  if #pool < POOL_MAX then pool[#pool + 1] = R end
+end
+
+function _M.run(app, input, cfg, sink)
+  local trace = cfg.trace and require("moongraph.trace").new(cfg.trace, runtime().now) or nil
+  if not (sink or trace or app.checkpointer) then
+    local R = acquire(app, cfg)
+    local ok, values, err = pcall(start, R, input, cfg)
+    release(R)
+    if not ok then error(values, 0) end
+    return values, err
+  end
+  local R = new_run(app, cfg, nil, nil, sink, trace)
+  local guard <close> = R.io and setmetatable({}, { __close = function() io_close(R) end }) or nil
+  local ok, values, err = pcall(start, R, input, cfg)
+  local fok, ferr = true, nil
+  if R.io then fok, ferr = io_flush(R) end
+  if trace then
+    local tok, terr = trace:write()
     if not tok and ok and values then values, err = nil, terr end
   end
   if not ok then error(values, 0) end
@@ -965,7 +1140,7 @@ the parent's reducers. ]]
 function _M.subgraph(R, spec, input, ctx)
   local t = ctx._t
   local sub = spec.sub
-  local ns = (R.ns ~= "" and (R.ns .. "|") or "") .. ctx.node .. ":" .. t.id
+  local ns = (R.ns ~= "" and (R.ns .. "|") or "") .. ctx.node .. ":" .. ctx.task_id
   if R.cp_id then ns = ns .. "@" .. R.cp_id end
   local SR = new_run(sub, R.cfg, R, ns)
   if SR.io and SR.io.mode == "exit" then SR.exit = { writes = {} } end

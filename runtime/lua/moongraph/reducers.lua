@@ -20,6 +20,7 @@ copy the list once, not 1,000 times.
 
 local type, pairs, next, error, tostring = type, pairs, next, error, tostring
 local string_format, math_random = string.format, math.random
+local table_unpack, table_move = table.unpack, table.move
 
 local _M = {}
 
@@ -34,21 +35,29 @@ function _M.last(_, new)
   return new
 end
 
+-- a copy of list `old` (or {old}) with room for `extra` more items; the
+-- array is sized once (table.unpack into a constructor) for lists that fit
+-- on the stack
+local UNPACK_MAX = 4096
+local function grown(old, extra)
+  if old == nil then return {}, 0 end
+  if not is_list(old) then return { old }, 1 end
+  local n = #old
+  if n + extra <= UNPACK_MAX then
+    return { table_unpack(old, 1, n + extra) }, n
+  end
+  return table_move(old, 1, n, 1, {}), n
+end
+
 function _M.append(old, new)
-  local out, n = {}, 0
-  if old ~= nil then
-    if is_list(old) then
-      for i = 1, #old do out[i] = old[i] end
-      n = #old
-    else
-      out[1], n = old, 1
-    end
-  end
   if is_list(new) then
-    for i = 1, #new do out[n + i] = new[i] end
-  else
-    out[n + 1] = new
+    local k = #new
+    local out, n = grown(old, k)
+    for i = 1, k do out[n + i] = new[i] end
+    return out
   end
+  local out, n = grown(old, 1)
+  out[n + 1] = new
   return out
 end
 
@@ -164,15 +173,12 @@ local batch = {}
 _M.batch = batch
 
 batch[_M.append] = function(old, list)
-  local out, n = {}, 0
-  if old ~= nil then
-    if is_list(old) then
-      for i = 1, #old do out[i] = old[i] end
-      n = #old
-    else
-      out[1], n = old, 1
-    end
+  local extra = 0
+  for j = 1, #list do
+    local new = list[j]
+    extra = extra + (is_list(new) and #new or 1)
   end
+  local out, n = grown(old, extra)
   for j = 1, #list do
     local new = list[j]
     if is_list(new) then

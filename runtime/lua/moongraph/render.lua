@@ -10,8 +10,7 @@ Subgraph nodes are drawn as subroutine boxes. A node with no way out ends
 the run, so it gets an edge to END.
 ]]
 
-local ipairs, pairs, string_gsub, table_concat, table_sort =
-  ipairs, pairs, string.gsub, table.concat, table.sort
+local ipairs, string_gsub, table_concat = ipairs, string.gsub, table.concat
 
 local control = require "moongraph.control"
 local START, END = control.START, control.END
@@ -118,5 +117,4 @@ function _M.dot(app)
   return table_concat(lines, "\n") .. "\n"
 end
 
-local _ = pairs, table_sort
 return _M

@@ -60,7 +60,8 @@ function _M.new(dir)
   end
   dir = string_gsub(dir, "/+$", "")
   if dir == "" then dir = "/" end
-  return setmetatable({ dir = dir, made = {} }, mt)
+  -- the engine may have this many writes in flight (libuv's pool has 4 threads)
+  return setmetatable({ dir = dir, made = {}, concurrent_writes = 4 }, mt)
 end
 
 local function thread_dir(self, thread_id)
@@ -91,12 +92,13 @@ function saver:put(cfg, checkpoint, metadata)
   if type(checkpoint) ~= "table" or type(checkpoint.id) ~= "string" then
     error("bad argument #2 to 'put': checkpoint with a string id expected", 2)
   end
-  local data, err = json.encode({
-    checkpoint = checkpoint,
-    metadata = metadata or {},
-    parent_checkpoint_id = cfg.checkpoint_id,
-  }, { indent = true, name = "file" })
-  if not data then return nil, err end
+  local cp, err = json.encode(checkpoint, { indent = true, name = "checkpoint" })
+  if not cp then return nil, err end
+  local md
+  md, err = json.encode(metadata or {}, { indent = true, name = "metadata" })
+  if not md then return nil, err end
+  local data = '{\n"checkpoint": ' .. cp .. ',\n"metadata": ' .. md ..
+    (cfg.checkpoint_id and (',\n"parent_checkpoint_id": ' .. json.encode(cfg.checkpoint_id)) or "") .. "\n}\n"
   local ok
   ok, err = write(self, ns_dir(self, cfg), component(checkpoint.id) .. ".json", data)
   if not ok then return nil, err end

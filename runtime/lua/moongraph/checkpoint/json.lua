@@ -36,7 +36,22 @@ local function escape_char(c)
 end
 
 local function encode_string(s)
+  if not string_find(s, '[%c"\\]') then return '"' .. s .. '"' end
   return '"' .. string_gsub(s, '[%c"\\]', escape_char) .. '"'
+end
+
+-- object keys repeat from one checkpoint to the next: keep their encoding
+-- (a bounded cache: maps keyed by ids would otherwise grow it forever)
+local key_cache, key_count = {}, 0
+local function encode_key(k)
+  local e = key_cache[k]
+  if not e then
+    e = encode_string(k)
+    if key_count >= 2048 then key_cache, key_count = {}, 0 end
+    key_cache[k] = e
+    key_count = key_count + 1
+  end
+  return e
 end
 
 local function encode_float(v)
@@ -49,18 +64,28 @@ local function encode_float(v)
   return s
 end
 
-local function path_key(path, k)
-  if type(k) == "number" then return path .. "[" .. k .. "]" end
-  if string_find(k, "^[%a_][%w_]*$") then return path .. "." .. k end
-  return path .. "[" .. string_format("%q", k) .. "]"
+-- The keys from the root to the value being encoded live on a stack, so
+-- that the path is only spelled out when something cannot be encoded.
+local function fail(st, msg)
+  local path = st.name
+  for i = 1, st.depth do
+    local k = st.keys[i]
+    if type(k) == "number" then
+      path = path .. "[" .. k .. "]"
+    elseif string_find(k, "^[%a_][%w_]*$") then
+      path = path .. "." .. k
+    else
+      path = path .. "[" .. string_format("%q", k) .. "]"
+    end
+  end
+  error({ path = path, msg = msg })
 end
 
 local encode_value
 
-local function encode_table(t, buf, n, path, seen, indent, depth)
-  if seen[t] then
-    error({ path = path, msg = "is a table that contains itself" })
-  end
+local function encode_table(t, buf, n, st)
+  local seen = st.seen
+  if seen[t] then fail(st, "is a table that contains itself") end
   local len = #t
   local count = 0
   local strkeys = nil
@@ -68,36 +93,41 @@ local function encode_table(t, buf, n, path, seen, indent, depth)
     count = count + 1
     local kt = type(k)
     if kt == "string" then
-      strkeys = strkeys or {}
-      strkeys[#strkeys + 1] = k
+      if strkeys then strkeys[#strkeys + 1] = k else strkeys = { k } end
     elseif kt == "number" and math_type(k) == "integer" and k >= 1 and k <= len then
       -- list key
     else
-      error({ path = path, msg = "has a key of type " .. kt ..
+      fail(st, "has a key of type " .. kt ..
         (kt == "number" and (" (" .. tostring(k) .. ")") or "") ..
-        "; only string keys or a list 1..n can be saved" })
+        "; only string keys or a list 1..n can be saved")
     end
   end
   seen[t] = true
+  local depth = st.depth + 1
+  st.depth = depth
+  local keys = st.keys
+  local indent = st.indent
   local nl, pad, pad_in
   if indent then
+    pad = string.rep("  ", depth - 1)
     nl = "\n"
-    pad = string.rep("  ", depth)
     pad_in = pad .. "  "
   end
   if strkeys then
     if count ~= #strkeys then
-      error({ path = path, msg = "mixes list items and string keys" })
+      st.depth = depth - 1
+      fail(st, "mixes list items and string keys")
     end
-    table_sort(strkeys)
+    if strkeys[2] then table_sort(strkeys) end
     n = n + 1; buf[n] = "{"
     for i = 1, #strkeys do
       local k = strkeys[i]
       if i > 1 then n = n + 1; buf[n] = "," end
       if indent then n = n + 1; buf[n] = nl .. pad_in end
-      n = n + 1; buf[n] = encode_string(k)
+      n = n + 1; buf[n] = encode_key(k)
       n = n + 1; buf[n] = indent and ": " or ":"
-      n = encode_value(t[k], buf, n, path_key(path, k), seen, indent, depth + 1)
+      keys[depth] = k
+      n = encode_value(t[k], buf, n, st)
     end
     if indent then n = n + 1; buf[n] = nl .. pad end
     n = n + 1; buf[n] = "}"
@@ -105,29 +135,32 @@ local function encode_table(t, buf, n, path, seen, indent, depth)
     n = n + 1; buf[n] = "{}"
   else
     if count ~= len then
-      error({ path = path, msg = "is a list with holes" })
+      st.depth = depth - 1
+      fail(st, "is a list with holes")
     end
     n = n + 1; buf[n] = "["
     for i = 1, len do
       if i > 1 then n = n + 1; buf[n] = "," end
       if indent then n = n + 1; buf[n] = nl .. pad_in end
-      n = encode_value(t[i], buf, n, path_key(path, i), seen, indent, depth + 1)
+      keys[depth] = i
+      n = encode_value(t[i], buf, n, st)
     end
     if indent then n = n + 1; buf[n] = nl .. pad end
     n = n + 1; buf[n] = "]"
   end
+  st.depth = depth - 1
   seen[t] = nil
   return n
 end
 
-encode_value = function(v, buf, n, path, seen, indent, depth)
+encode_value = function(v, buf, n, st)
   local tv = type(v)
   if tv == "string" then
     n = n + 1; buf[n] = encode_string(v)
   elseif tv == "number" then
     local s
     if math_type(v) == "integer" then s = tostring(v) else s = encode_float(v) end
-    if not s then error({ path = path, msg = "is " .. tostring(v) .. ", which JSON cannot hold" }) end
+    if not s then fail(st, "is " .. tostring(v) .. ", which JSON cannot hold") end
     n = n + 1; buf[n] = s
   elseif tv == "boolean" then
     n = n + 1; buf[n] = v and "true" or "false"
@@ -135,12 +168,12 @@ encode_value = function(v, buf, n, path, seen, indent, depth)
     if rawequal(v, null) then
       n = n + 1; buf[n] = "null"
     else
-      n = encode_table(v, buf, n, path, seen, indent, depth)
+      n = encode_table(v, buf, n, st)
     end
   elseif rawequal(v, null) then
     n = n + 1; buf[n] = "null"
   else
-    error({ path = path, msg = "is a " .. tv .. ", which cannot be saved" })
+    fail(st, "is a " .. tv .. ", which cannot be saved")
   end
   return n
 end
@@ -150,10 +183,11 @@ opts.indent = true writes two-space indented JSON; opts.name names the root
 in error messages (default "value"). ]]
 function _M.encode(v, opts)
   local buf = {}
-  local indent = opts and opts.indent
-  local ok, err = pcall(encode_value, v, buf, 0, opts and opts.name or "value", {}, indent, 0)
+  local st = { name = opts and opts.name or "value", indent = opts and opts.indent,
+    depth = 0, keys = {}, seen = {} }
+  local ok, err = pcall(encode_value, v, buf, 0, st)
   if not ok then
-    if type(err) == "table" then
+    if type(err) == "table" and err.path then
       return nil, err.path .. " " .. err.msg
     end
     error(err, 0)
