@@ -395,3 +395,58 @@ describe("moongraph marketing", function()
     os.execute("rm -rf " .. cli.quote(dir))
   end)
 end)
+
+describe("marketing: data from PostgreSQL (a throwaway server)", function()
+  local servers = require "servers"
+  local pg = require "moongraph.pg"
+  local srv
+  setup(function() srv = servers.postgres() end)
+  teardown(function() if srv then srv:destroy() end end)
+
+  it("load_sample_into_pg fills the tables; the five tools read them, sample marks kept", function()
+    mg.run(function()
+      local db = assert(pg.connect(srv.url))
+      assert(tools_mod.load_sample_into_pg(db))
+      assert(tools_mod.load_sample_into_pg(db))          -- again: upserts, no duplicates
+      local T = tools_mod.new(tools_mod.pg_backend(db))
+      local s = T.search_merchant("본죽")
+      assert.equal(3, #s.merchants)
+      assert.is_true(s.merchants[1].sample)
+      local card = T.load_store_data("S001")
+      assert.is_true(card.success)
+      assert.equal(0.15, card.data.revisit_rate)
+      assert.is_true(card.data.sample)
+      assert.is_false(T.load_store_data("S999").success)
+      local code = T.resolve_region("서울특별시 강남구 역삼1동").admin_dong_code
+      assert.equal("SAMPLE-1168064", code)
+      assert.equal(182000, T.load_area_data(code).data.floating_population_daily)
+      assert.equal(21500, T.load_region_data(code).data.resident_population)
+      db:close()
+    end)
+  end)
+
+  it("a turn over the database gives the same answer as over the files", function()
+    local files = pipeline():run_one_turn("본죽 강남역점 문제점이 뭐야?", nil, "t-files")
+    local viadb = pipeline({}, { tools = tools_mod.new(tools_mod.pg_backend(srv.url)) })
+      :run_one_turn("본죽 강남역점 문제점이 뭐야?", nil, "t-db")
+    assert.equal("ok", viadb.status)
+    assert.equal(files.final_response, viadb.final_response)
+  end)
+
+  it("MARKETING_PG_URL points the command at the database; load_pg.lua loads it", function()
+    local dir = tmpdir()
+    local db = srv:create_database("mk_cli")
+    local r = cli.run({ "run", "scripts/marketing/load_pg.lua", db })
+    assert.equal(0, r.code)
+    local env = OFFLINE .. " MARKETING_CHECKPOINT_DIR=" .. cli.quote(dir) .. " MARKETING_PG_URL=" .. cli.quote(db)
+    r = cli.run({ "marketing", "--json", "연남 베이글하우스 단골 늘리기" }, { env = env })
+    assert.equal(0, r.code)
+    assert.matches("연남 베이글하우스 재방문 전략", json.decode(r.out).final_response)
+    r = cli.run({ "marketing", "--json", "연남 베이글하우스 단골 늘리기" },
+      { env = OFFLINE .. " MARKETING_CHECKPOINT_DIR=" .. cli.quote(dir) ..
+        " MARKETING_PG_URL=postgresql://postgres@127.0.0.1:1/none" })
+    assert.equal(1, r.code)
+    assert.matches("cannot connect to the marketing database", json.decode(r.out).error)
+    os.execute("rm -rf " .. cli.quote(dir))
+  end)
+end)

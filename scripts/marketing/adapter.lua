@@ -40,8 +40,8 @@ Pipeline.__index = Pipeline
 
 --[[ new(opts) -> pipeline
 opts (all optional): settings (default config.from_env()), llm (default
-config.llm(settings); false: none), tools (default over the sample data of
-settings.data_dir), checkpointer (default the file saver in
+config.llm(settings); false: none), tools (default: over PostgreSQL at
+settings.pg_url when set, else the sample data of settings.data_dir), checkpointer (default the file saver in
 settings.checkpoint_dir), drafter (see scripts/marketing/graph.lua). ]]
 function _M.new(opts)
   opts = opts or {}
@@ -49,7 +49,11 @@ function _M.new(opts)
   local llm = opts.llm
   if llm == nil then llm = config.llm(settings) end
   if llm == false then llm = nil end
-  local tools = opts.tools or tools_mod.new(tools_mod.local_backend(settings.data_dir))
+  local tools = opts.tools
+  if not tools then
+    local backend = settings.pg_url and tools_mod.pg_backend(settings.pg_url) or tools_mod.local_backend(settings.data_dir)
+    tools = tools_mod.new(backend)
+  end
   local cp = opts.checkpointer or mg.checkpoint.file(settings.checkpoint_dir)
   local app = graph.build { settings = settings, llm = llm, tools = tools, drafter = opts.drafter, checkpointer = cp }
   return setmetatable({ app = app, settings = settings, llm = llm, tools = tools }, Pipeline)

@@ -9,6 +9,8 @@
 --   GOOGLE_API_KEY           a Gemini key: used through Gemini's OpenAI-compatible
 --                            endpoint when MOONGRAPH_LLM_BASE_URL / _API_KEY are unset
 --   MARKETING_DATA_DIR       the sample dataset (default data/marketing/)
+--   MARKETING_PG_URL         read the data from PostgreSQL instead (tables of
+--                            scripts/marketing/tools.lua PG_SCHEMA)
 --   MARKETING_CHECKPOINT_DIR conversation threads of the CLI (default .moongraph/marketing)
 
 local _M = {}
@@ -61,6 +63,7 @@ function _M.from_env()
     llm_temperature = num("LLM_TEMPERATURE", 0.4, 0, 2),
     google_api_key = str("GOOGLE_API_KEY"),
     data_dir = str("MARKETING_DATA_DIR"),
+    pg_url = str("MARKETING_PG_URL"),
     checkpoint_dir = str("MARKETING_CHECKPOINT_DIR") or ".moongraph/marketing",
   }
 end

@@ -90,7 +90,11 @@ function _M.build(opts)
   g:add_node("router", function(s)
     local intent = router_mod.classify(s.user_query)
     local name = s.store_name_input
-    if not name then name = router_mod.store_name_in(s.user_query, T.search_merchant) end
+    if not name then
+      local serr
+      name, serr = router_mod.store_name_in(s.user_query, T.search_merchant)
+      if serr then return { intent = intent, error = "가맹점 검색 실패: " .. serr } end
+    end
     if not name then
       return { intent = intent, error = "질문에서 가맹점명을 찾지 못했습니다. 가맹점명을 함께 알려 주세요." }
     end

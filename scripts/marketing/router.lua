@@ -31,10 +31,11 @@ local function strip_particle(word)
   return nil
 end
 
---[[ store_name_in(query, search) -> name | nil
+--[[ store_name_in(query, search) -> name | nil [, err]
 The longest run of words of the query (3, 2, then 1 words, left to right)
 for which search(name) finds a merchant, trying each word also without a
-trailing particle: "본죽 문제점이 뭐야?" -> "본죽". ]]
+trailing particle: "본죽 문제점이 뭐야?" -> "본죽". A failed search
+returns nil, its error. ]]
 function _M.store_name_in(query, search)
   local words = {}
   for w in tostring(query or ""):gsub("[%?!%.,]", " "):gmatch("%S+") do words[#words + 1] = w end
@@ -47,7 +48,9 @@ function _M.store_name_in(query, search)
         tries[2] = (n > 1 and (table.concat(words, " ", i, i + n - 2) .. " ") or "") .. stripped
       end
       for _, t in ipairs(tries) do
-        if search(t).found then return t end
+        local r = search(t)
+        if r.error then return nil, r.error end
+        if r.found then return t end
       end
     end
   end

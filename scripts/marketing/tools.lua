@@ -7,10 +7,12 @@
 --   load_area_data(code)         -> {success, data} | {success = false, error}
 --   load_region_data(code)       -> {success, data} | {success = false, error}
 --
--- tools.new(backend) binds them to a backend; tools.local_backend(dir)
+-- tools.new(backend) binds them to a backend: tools.local_backend(dir)
 -- reads the sample JSON files of data/marketing/ (every answer carries
--- sample = true). A backend is a table of the five lookups returning plain
--- values (see local_backend), so a database can stand in for the files.
+-- sample = true); tools.pg_backend(url) reads the same data from
+-- PostgreSQL tables (load_sample_into_pg fills them). A backend is a table
+-- of lookups returning plain values, false for "not found", nil, err on
+-- failure.
 
 local json = require "cjson.safe"
 
@@ -76,6 +78,122 @@ function _M.local_backend(dir)
   return b
 end
 
+---------------------------------------------------------------------------
+-- PostgreSQL
+
+_M.PG_SCHEMA = [[
+CREATE TABLE IF NOT EXISTS marketing_merchants (
+  store_id text PRIMARY KEY, name text NOT NULL, brand text NOT NULL DEFAULT '',
+  category text NOT NULL DEFAULT '', district text NOT NULL DEFAULT '', address text NOT NULL DEFAULT '',
+  sample boolean NOT NULL DEFAULT false);
+CREATE TABLE IF NOT EXISTS marketing_card_data (store_id text PRIMARY KEY, data jsonb NOT NULL);
+CREATE TABLE IF NOT EXISTS marketing_regions (district text PRIMARY KEY, admin_dong_code text NOT NULL);
+CREATE TABLE IF NOT EXISTS marketing_area_data (admin_dong_code text PRIMARY KEY, data jsonb NOT NULL);
+CREATE TABLE IF NOT EXISTS marketing_region_data (admin_dong_code text PRIMARY KEY, data jsonb NOT NULL);
+]]
+
+--[[ pg_backend(db_or_url) -> backend over the tables of PG_SCHEMA.
+db_or_url: a moongraph.pg connection or pool, or a URL (connected on first
+use). A row's `sample` column (merchants) and a `sample` field in the jsonb
+documents mark sample data, as load_sample_into_pg writes them. ]]
+function _M.pg_backend(db_or_url)
+  local db = type(db_or_url) ~= "string" and db_or_url or nil
+  local url = type(db_or_url) == "string" and db_or_url or nil
+  local function conn()
+    if db then return db end
+    local pg = require "moongraph.pg"
+    local c, err = pg.connect(url)
+    if not c then return nil, "cannot connect to the marketing database: " .. tostring(err) end
+    db = c
+    return db
+  end
+  local function rows(sql, params)
+    local c, err = conn()
+    if not c then return nil, err end
+    local r, qerr = c:query(sql, params)
+    if not r then return nil, "marketing database: " .. tostring(qerr) end
+    return r
+  end
+  local function doc(sql, key)
+    local r, err = rows(sql, { key })
+    if not r then return nil, err end
+    if not r[1] then return false end
+    return r[1].data
+  end
+  local b = { sample = false }
+  function b.merchants()
+    local r, err = rows("SELECT store_id, name, brand, category, district, address, sample " ..
+      "FROM marketing_merchants ORDER BY store_id")
+    if not r then return nil, err end
+    for _, m in ipairs(r) do if m.sample == false then m.sample = nil end end
+    return r
+  end
+  function b.card(id) return doc("SELECT data FROM marketing_card_data WHERE store_id = $1", id) end
+  function b.area(code) return doc("SELECT data FROM marketing_area_data WHERE admin_dong_code = $1", code) end
+  function b.region(code) return doc("SELECT data FROM marketing_region_data WHERE admin_dong_code = $1", code) end
+  function b.region_code(district)
+    local r, err = rows("SELECT admin_dong_code FROM marketing_regions WHERE district = $1", { district })
+    if not r then return nil, err end
+    return r[1] and r[1].admin_dong_code or false
+  end
+  return b
+end
+
+--[[ load_sample_into_pg(db [, dir]) -> true | nil, err
+Creates the tables of PG_SCHEMA and loads the JSON dataset of dir (default
+data/marketing/) into them in one transaction, keeping its sample marks. ]]
+function _M.load_sample_into_pg(db, dir)
+  local src = _M.local_backend(dir)
+  local merchants, err = src.merchants()
+  if not merchants then return nil, err end
+  local ok, e = db:exec(_M.PG_SCHEMA)
+  if not ok then return nil, e end
+  local store = require("moongraph.core").store
+  local function file(name)
+    local text, rerr = store.read(src.dir .. "/" .. name)
+    if not text then return nil, rerr end
+    return json.decode(text)
+  end
+  local cards, regions, areas, region_data = file("card_data.json"), file("regions.json"),
+    file("area_data.json"), file("region_data.json")
+  if not (cards and regions and areas and region_data) then return nil, "cannot read the dataset in " .. src.dir end
+  local function mark(d)
+    if cards.sample then d.sample = true end
+    return d
+  end
+  local tok, terr = pcall(db.transaction, db, function(tx)
+    local function q(sql, params)
+      local r, qerr = tx:query(sql, params)
+      if not r then error(qerr, 0) end
+    end
+    for _, m in ipairs(merchants) do
+      q("INSERT INTO marketing_merchants (store_id, name, brand, category, district, address, sample) " ..
+        "VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (store_id) DO UPDATE SET name = EXCLUDED.name, " ..
+        "brand = EXCLUDED.brand, category = EXCLUDED.category, district = EXCLUDED.district, " ..
+        "address = EXCLUDED.address, sample = EXCLUDED.sample",
+        { m.store_id, m.name, m.brand or "", m.category or "", m.district or "", m.address or "", cards.sample == true })
+    end
+    for id, d in pairs(cards.stores) do
+      q("INSERT INTO marketing_card_data VALUES ($1, $2) ON CONFLICT (store_id) DO UPDATE SET data = EXCLUDED.data",
+        { id, mark(d) })
+    end
+    for district, code in pairs(regions.regions) do
+      q("INSERT INTO marketing_regions VALUES ($1, $2) ON CONFLICT (district) DO UPDATE SET " ..
+        "admin_dong_code = EXCLUDED.admin_dong_code", { district, code })
+    end
+    for code, d in pairs(areas.areas) do
+      q("INSERT INTO marketing_area_data VALUES ($1, $2) ON CONFLICT (admin_dong_code) DO UPDATE SET data = EXCLUDED.data",
+        { code, mark(d) })
+    end
+    for code, d in pairs(region_data.regions) do
+      q("INSERT INTO marketing_region_data VALUES ($1, $2) ON CONFLICT (admin_dong_code) DO UPDATE SET data = EXCLUDED.data",
+        { code, mark(d) })
+    end
+  end)
+  if not tok then return nil, tostring(terr) end
+  return true
+end
+
 local function copy(t)
   if type(t) ~= "table" then return t end
   local out = {}
@@ -98,7 +216,7 @@ function _M.new(backend)
     for _, m in ipairs(list) do
       if _M.norm(m.name):find(q, 1, true) or _M.norm(m.brand):find(q, 1, true) then
         local c = copy(m)
-        c.sample = backend.sample or nil
+        if backend.sample then c.sample = true end
         out[#out + 1] = c
       end
     end
