@@ -206,6 +206,22 @@ describe("scripts/agents with an LLM (OpenAI-compatible test server)", function(
     assert.same({}, events)
   end)
 
+  it("fallback: the primary's tokens reach the stream; a failure after the first token is not failed over", function()
+    script { { content = "partial reply here", fault = "truncate" } }
+    local app = require("scripts.agents.fallback").build { llm = client() }
+    local tokens = {}
+    local ok, err = pcall(mg.run, function()
+      for ev in app:stream({ question = "q", messages = { { role = "user", content = "q" } } },
+        { modes = { "messages" } }) do
+        tokens[#tokens + 1] = ev.data
+      end
+    end)
+    assert.is_false(ok)
+    assert.matches("truncated response", err)
+    assert.same({ "partial " }, tokens)
+    assert.equal(1, #requests())
+  end)
+
   it("fallback: an LLM error before any output sends the question to the FAQ agent", function()
     script { { status = 400, json = { error = { message = "model not found" } } } }
     local out, events = ask(require("scripts.agents.fallback").build { llm = client() }, "how do I run the tests?")

@@ -450,3 +450,34 @@ describe("marketing: data from PostgreSQL (a throwaway server)", function()
     os.execute("rm -rf " .. cli.quote(dir))
   end)
 end)
+
+insulate("marketing: settings from the environment", function()
+  local config = require "scripts.marketing.config"
+  local function with_env(env, fn)
+    local real = os.getenv
+    os.getenv = function(k) if env[k] ~= nil then return env[k] or nil end return nil end
+    local ok, a, b = pcall(fn)
+    os.getenv = real
+    assert(ok, a)
+    return a, b
+  end
+
+  it("has the seed's defaults", function()
+    local s = with_env({}, config.from_env)
+    assert.is_true(s.confirm_on_multi)
+    assert.is_true(s.enable_relevance_check)
+    assert.equal(2, s.max_retries)
+    assert.equal(0.4, s.llm_temperature)
+    assert.is_nil(with_env({}, function() return config.llm(s) end))
+  end)
+
+  it("GOOGLE_API_KEY selects Gemini's OpenAI-compatible endpoint, LLM_MODEL its model", function()
+    local c = with_env({ GOOGLE_API_KEY = "g-key", LLM_MODEL = "gemini-x", LLM_TEMPERATURE = "0.2" }, function()
+      return config.llm(config.from_env())
+    end)
+    assert.equal(config.GEMINI_BASE_URL, c.base_url)
+    assert.equal("gemini-x", c.model)
+    local d = with_env({ GOOGLE_API_KEY = "g-key" }, function() return config.llm(config.from_env()) end)
+    assert.equal(config.GEMINI_DEFAULT_MODEL, d.model)
+  end)
+end)

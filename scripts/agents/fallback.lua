@@ -1,7 +1,8 @@
--- Fallback on error: the primary agent answers with the LLM; when it fails
--- before producing any output (no LLM configured, the call failed), the
--- router is asked again with the failed keys and picks the fallback agent,
--- which answers questions about moongraph from data/agents/faq.json.
+-- Fallback on error: the primary agent answers with the LLM, streaming its
+-- tokens; when it fails before producing any output (no LLM configured, the
+-- call failed), the router is asked again with the failed keys and picks the
+-- fallback agent, which answers questions about moongraph from
+-- data/agents/faq.json. A failure after the first token is not failed over.
 --
 --   ./moongraph run scripts/agents/fallback.lua "how do I run the tests?"
 
@@ -40,12 +41,15 @@ function _M.faq_answer(question)
   return best, best_score
 end
 
+-- The primary streams its reply through ctx.stream_token: once a token is
+-- out, a failure is no longer failed over (the user saw partial output).
 function _M.primary(llm)
-  return function(state)
+  return function(state, ctx)
     if not llm then
       error("no LLM configured (set MOONGRAPH_LLM_BASE_URL or MOONGRAPH_LLM_API_KEY)", 0)
     end
-    local text, err = common.chat(llm, SYSTEM, common.question(state))
+    local text, err = common.chat(llm, SYSTEM, common.question(state),
+      { stream = function(delta) ctx.stream_token(delta) end })
     if not text then error(err, 0) end
     return common.reply("primary", text)
   end
