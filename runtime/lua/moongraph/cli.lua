@@ -39,6 +39,8 @@ _M.commands = {
   chat = "ask the Eco² chat pipeline (streams the answer; --thread continues a conversation)",
   worker = "run jobs from the Redis stream moongraph:jobs (results in Postgres)",
   submit = "enqueue a job for the workers; --follow prints its events as they arrive",
+  gcri = "run the GCRI multi-branch workflow on a task",
+  marketing = "one turn of the store-marketing pipeline",
 }
 
 local function bad_usage(msg)
