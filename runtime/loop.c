@@ -67,6 +67,7 @@ static struct {
   int io_waiting;           /* waiters that an outside event can wake */
   int running;              /* inside run_until */
   int in_uv_run;            /* inside uv_run: a wake must end its turn */
+  int interrupted_rest;     /* Ctrl-C cancelled the tasks left after main */
   mg_task *interrupt_target;
   volatile sig_atomic_t interrupted;
   uv_async_t interrupt_async;
@@ -719,12 +720,19 @@ static int l_install_interrupt(lua_State *L) {
   return 0;
 }
 
+static void cancel_all(lua_State *L);
+
+/* Ctrl-C cancels the run's main task; once that has returned (a script
+** whose spawned tasks are still running), it cancels all of them. */
 static void handle_interrupt(lua_State *L) {
-  if (!S.interrupted) return;
+  if (!S.interrupted || S.current != NULL) return;
   S.interrupted = 0;
-  if (S.current == NULL && S.interrupt_target &&
-      S.interrupt_target->state != T_DONE)
+  if (S.interrupt_target && S.interrupt_target->state != T_DONE) {
     cancel_task(L, S.interrupt_target);
+  } else if (S.live) {
+    S.interrupted_rest = 1;
+    cancel_all(L);
+  }
 }
 
 /* One turn of the libuv loop; callbacks only mark tasks ready. */
@@ -782,6 +790,7 @@ static int run_impl(lua_State *L, int mode) {
   mg_task *prev_target = S.interrupt_target;
   S.interrupt_target = main;
   int rc = run_until(L, main);
+  S.interrupted_rest = 0;
   if (rc == 0 && mode == RUN_WAIT_ALL) run_until(L, NULL);
   S.interrupt_target = prev_target;
   if (mode != RUN_KEEP_REST) cancel_all(L);
@@ -790,6 +799,11 @@ static int run_impl(lua_State *L, int mode) {
   if (rc < 0) {
     return luaL_error(L, "mg.run: the main task is waiting for something "
                          "that can never happen (no pending I/O or timers)");
+  }
+  if (S.interrupted_rest) {
+    S.interrupted_rest = 0;
+    lua_pushliteral(L, "cancelled");
+    return lua_error(L);
   }
   int k = push_results(L, main, main_idx);
   if (main->result != RES_OK) return lua_error(L);

@@ -37,6 +37,10 @@ _M.commands = {
   route = "explain the Eco² routing decision for a message",
   eval = "score the Eco² router on a labelled .jsonl file",
   chat = "ask the Eco² chat pipeline (streams the answer; --thread continues a conversation)",
+  worker = "run jobs from the Redis stream moongraph:jobs (results in Postgres)",
+  submit = "enqueue a job for the workers; --follow prints its events as they arrive",
+  gcri = "run the GCRI multi-branch workflow on a task",
+  marketing = "one turn of the store-marketing pipeline",
 }
 
 local function bad_usage(msg)
