@@ -25,7 +25,7 @@ local cjson = require "cjson.safe"
 local chttp = core.http
 local type, pairs, ipairs, error, tostring, setmetatable, rawget =
       type, pairs, ipairs, error, tostring, setmetatable, rawget
-local string_format, string_byte, string_upper = string.format, string.byte, string.upper
+local string_format, string_upper = string.format, string.upper
 local table_concat, table_sort = table.concat, table.sort
 local math_type = math.type
 
