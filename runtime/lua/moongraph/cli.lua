@@ -37,6 +37,8 @@ end
 _M.commands = {
   route = "explain the Eco² routing decision for a message",
   eval = "score the Eco² router on a labelled .jsonl file",
+  gcri = "run the GCRI multi-branch workflow on a task",
+  marketing = "one turn of the store-marketing pipeline",
 }
 
 local function bad_usage(msg)

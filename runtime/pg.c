@@ -1,0 +1,882 @@
+/*
+** pg.c — PostgreSQL connections on the loop (libpq, non-blocking).
+**
+** A connection userdata owns one PGconn in non-blocking mode and a uv_poll
+** handle on PQsocket(), started only while an operation is in flight. It
+** runs one operation at a time: the asynchronous connect (PQconnectStart +
+** PQconnectPoll), a parameterised statement (PQsendQueryParams, $1..$n
+** only) or a multi-statement script (PQsendQuery). Results are turned into
+** Lua values by the waiting task: rows keyed by column name, with int, float,
+** bool, json/jsonb and bytea columns typed; NULL is core.pg.null.
+**
+** Cancelling a task in the middle of a statement sends PostgreSQL a cancel
+** request (from libuv's thread pool: PQcancel blocks) and closes the
+** connection, so its state never has to be guessed. Pools, transactions,
+** statement timeouts and reconnection live in moongraph/pg.lua.
+*/
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+#include <math.h>
+#include <libpq-fe.h>
+
+#include "mg.h"
+
+#define CONN_MT "moongraph.pg.conn"
+#define ERRLEN 512
+#define NPARAMS_STACK 16
+
+/* type OIDs (pg_type.dat) */
+#define OID_BOOL 16
+#define OID_BYTEA 17
+#define OID_INT8 20
+#define OID_INT2 21
+#define OID_INT4 23
+#define OID_OID 26
+#define OID_JSON 114
+#define OID_FLOAT4 700
+#define OID_FLOAT8 701
+#define OID_NUMERIC 1700
+#define OID_JSONB 3802
+
+/* registry keys for the codecs pg.lua installs */
+#define REG_ENCODE "moongraph.pg.json_encode"
+#define REG_DECODE "moongraph.pg.json_decode"
+#define REG_BYTEA "moongraph.pg.bytea_mt"
+
+typedef struct pgconn pgconn;
+typedef struct pgop pgop;
+
+typedef struct pgpoll {
+  uv_poll_t h;
+  pgconn *pc;               /* NULL once the connection let go of it */
+} pgpoll;
+
+struct pgconn {
+  PGconn *conn;             /* NULL once closed */
+  pgpoll *poll;
+  int fd;                   /* socket the poll handle watches */
+  pgop *op;                 /* operation in flight */
+  char err[ERRLEN];         /* why the connection is unusable */
+};
+
+enum { OP_CONNECT, OP_QUERY, OP_EXEC };
+
+struct pgop {
+  mg_waiter w;
+  pgconn *pc;
+  int kind;
+  int flushing;             /* output not yet fully sent */
+  int failed;               /* err holds a connection-level failure */
+  PGresult *res;            /* result to report */
+  uv_timer_t *timer;        /* connect timeout */
+  double timeout;
+  char err[ERRLEN];
+};
+
+/* ---------------------------------------------------------------- helpers */
+
+/* libpq's messages end in a newline and may span lines: make one line. */
+static void trim_message(char *s) {
+  char *w = s;
+  for (char *r = s; *r; r++) {
+    if (*r == '\n' || *r == '\t') {
+      while (r[1] == '\n' || r[1] == '\t' || r[1] == ' ') r++;
+      *w++ = ' ';
+    } else *w++ = *r;
+  }
+  *w = '\0';
+  size_t n = strlen(s);
+  while (n > 0 && s[n - 1] == ' ') s[--n] = '\0';
+}
+
+static void op_fail(pgop *op, const char *prefix, const char *msg) {
+  if (op->failed) return;
+  op->failed = 1;
+  snprintf(op->err, ERRLEN, "%s%s", prefix, msg && msg[0] ? msg : "unknown error");
+  trim_message(op->err);
+}
+
+static void poll_closed(uv_handle_t *h) { free(h->data); }
+
+static void unwatch(pgconn *pc) {
+  if (pc->poll) uv_poll_stop(&pc->poll->h);
+}
+
+static void drop_poll(pgconn *pc) {
+  if (!pc->poll) return;
+  pc->poll->pc = NULL;
+  uv_close((uv_handle_t *)&pc->poll->h, poll_closed);
+  pc->poll = NULL;
+  pc->fd = -1;
+}
+
+static void on_poll(uv_poll_t *h, int status, int events);
+
+/* Watch the connection's current socket for `events`. libpq may switch
+** sockets while connecting (another address, SSL retry): follow it. */
+static int watch(pgconn *pc, int events) {
+  int fd = PQsocket(pc->conn);
+  if (fd < 0) return -1;
+  if (pc->poll && pc->fd != fd) drop_poll(pc);
+  if (!pc->poll) {
+    pgpoll *p = malloc(sizeof *p);
+    if (!p) return -1;
+    if (uv_poll_init(mg_loop(), &p->h, fd) != 0) { free(p); return -1; }
+    p->h.data = p;
+    p->pc = pc;
+    pc->poll = p;
+    pc->fd = fd;
+  }
+  return uv_poll_start(&pc->poll->h, events, on_poll);
+}
+
+static void timer_closed(uv_handle_t *h) { free(h); }
+
+static void op_stop_timer(pgop *op) {
+  if (!op->timer) return;
+  uv_timer_stop(op->timer);
+  uv_close((uv_handle_t *)op->timer, timer_closed);
+  op->timer = NULL;
+}
+
+static void op_free(pgop *op) {
+  op_stop_timer(op);
+  if (op->res) PQclear(op->res);
+  free(op);
+}
+
+/* End the operation in flight and wake its task. */
+static void finish(pgconn *pc) {
+  pgop *op = pc->op;
+  unwatch(pc);
+  pc->op = NULL;
+  if (op) {
+    op_stop_timer(op);
+    mg_wake(&op->w);
+  }
+}
+
+/* Close the connection for good; `why` is what later calls report. */
+static void conn_close(pgconn *pc, const char *why) {
+  if (!pc->err[0]) snprintf(pc->err, ERRLEN, "%s", why);
+  drop_poll(pc);
+  if (pc->conn) {
+    PQfinish(pc->conn);
+    pc->conn = NULL;
+  }
+}
+
+static void discard_notice(void *arg, const char *message) {
+  (void)arg; (void)message;
+}
+
+/* ---------------------------------------------------------------- cancel requests */
+
+typedef struct cancel_work {
+  uv_work_t req;
+  PGcancel *cancel;
+} cancel_work;
+
+static void cancel_run(uv_work_t *req) {
+  cancel_work *cw = req->data;
+  char buf[256];
+  PQcancel(cw->cancel, buf, sizeof buf);
+}
+
+static void cancel_after(uv_work_t *req, int status) {
+  cancel_work *cw = req->data;
+  (void)status;
+  PQfreeCancel(cw->cancel);
+  free(cw);
+}
+
+/* Ask the server to stop the running statement, without blocking the loop. */
+static void send_cancel(pgconn *pc) {
+  PGcancel *c = PQgetCancel(pc->conn);
+  if (!c) return;
+  cancel_work *cw = malloc(sizeof *cw);
+  if (!cw) { PQfreeCancel(c); return; }
+  cw->cancel = c;
+  cw->req.data = cw;
+  if (uv_queue_work(mg_loop(), &cw->req, cancel_run, cancel_after) != 0) {
+    PQfreeCancel(c);
+    free(cw);
+  }
+}
+
+/* ---------------------------------------------------------------- driving */
+
+static void drive_connect(pgconn *pc) {
+  pgop *op = pc->op;
+  PostgresPollingStatusType st = PQconnectPoll(pc->conn);
+  /* libpq may have closed the socket and opened another one, possibly with
+  ** the same number: watch afresh after every step */
+  drop_poll(pc);
+  switch (st) {
+    case PGRES_POLLING_READING:
+      if (watch(pc, UV_READABLE) != 0) break;
+      return;
+    case PGRES_POLLING_WRITING:
+      if (watch(pc, UV_WRITABLE) != 0) break;
+      return;
+    case PGRES_POLLING_OK:
+      if (PQsetnonblocking(pc->conn, 1) != 0) break;
+      finish(pc);
+      return;
+    default:
+      break;
+  }
+  op_fail(op, "pg: cannot connect: ", PQerrorMessage(pc->conn));
+  conn_close(pc, op->err);
+  finish(pc);
+}
+
+/* Keep the first error result, else the last result. */
+static void keep_result(pgop *op, PGresult *r) {
+  if (op->res && PQresultStatus(op->res) == PGRES_FATAL_ERROR) {
+    PQclear(r);
+    return;
+  }
+  if (op->res) PQclear(op->res);
+  op->res = r;
+}
+
+static void drive_query(pgconn *pc, int events) {
+  pgop *op = pc->op;
+  PGconn *conn = pc->conn;
+  if (events & UV_READABLE) {
+    if (!PQconsumeInput(conn)) goto broken;
+  }
+  if (op->flushing) {
+    int f = PQflush(conn);
+    if (f < 0) goto broken;
+    op->flushing = f;
+  }
+  while (!PQisBusy(conn)) {
+    PGresult *r = PQgetResult(conn);
+    if (!r) {
+      finish(pc);
+      return;
+    }
+    switch (PQresultStatus(r)) {
+      case PGRES_COPY_IN:
+        PQclear(r);
+        PQputCopyEnd(conn, "COPY FROM STDIN is not supported by moongraph.pg");
+        op->flushing = 1;
+        continue;
+      case PGRES_COPY_OUT: {
+        char *buf;
+        int n;
+        PQclear(r);
+        while ((n = PQgetCopyData(conn, &buf, 1)) > 0) PQfreemem(buf);
+        if (n == 0) goto wait;              /* more COPY data to come */
+        op_fail(op, "pg: ", "COPY TO STDOUT is not supported by moongraph.pg");
+        continue;
+      }
+      default:
+        keep_result(op, r);
+    }
+    if (PQstatus(conn) == CONNECTION_BAD) goto broken;
+  }
+wait:
+  if (watch(pc, op->flushing ? UV_READABLE | UV_WRITABLE : UV_READABLE) == 0) return;
+broken:
+  op_fail(op, "pg: connection lost: ", PQerrorMessage(conn));
+  conn_close(pc, op->err);
+  finish(pc);
+}
+
+static void on_poll(uv_poll_t *h, int status, int events) {
+  pgpoll *p = h->data;
+  pgconn *pc = p->pc;
+  if (!pc || !pc->op) return;
+  if (status < 0) events = UV_READABLE | UV_WRITABLE;  /* let libpq see the error */
+  if (pc->op->kind == OP_CONNECT) drive_connect(pc);
+  else drive_query(pc, events);
+}
+
+/* ---------------------------------------------------------------- connect */
+
+static pgconn *check_conn(lua_State *L) {
+  return luaL_checkudata(L, 1, CONN_MT);
+}
+
+static void connect_timed_out(uv_timer_t *t) {
+  pgop *op = t->data;
+  pgconn *pc = op->pc;
+  char msg[64];
+  snprintf(msg, sizeof msg, "timeout after %gs", op->timeout);
+  op_fail(op, "pg: cannot connect: ", msg);
+  conn_close(pc, op->err);
+  finish(pc);
+}
+
+static int connect_done(lua_State *L, int status, lua_KContext ctx) {
+  pgop *op = (pgop *)ctx;
+  (void)status;
+  if (op->failed) {
+    lua_pushnil(L);
+    lua_pushstring(L, op->err);
+    op_free(op);
+    return 2;
+  }
+  op_free(op);
+  lua_settop(L, 1);
+  return 1;
+}
+
+static void op_cancel(mg_waiter *w) {
+  pgop *op = (pgop *)w;
+  pgconn *pc = op->pc;
+  if (pc->op == op) {                  /* still running: stop it */
+    pc->op = NULL;
+    if (op->kind != OP_CONNECT && pc->conn) send_cancel(pc);
+    conn_close(pc, op->kind == OP_CONNECT ? "pg: connect cancelled"
+                                          : "pg: connection closed after a statement was cancelled");
+  }
+  op_free(op);
+}
+
+/* connect(conninfo [, timeout]) -> conn | nil, err */
+static int l_connect(lua_State *L) {
+  const char *info = luaL_checkstring(L, 1);
+  double timeout = luaL_optnumber(L, 2, 0);
+  mg_check_yieldable(L, "pg.connect");
+  pgconn *pc = lua_newuserdatauv(L, sizeof *pc, 0);
+  memset(pc, 0, sizeof *pc);
+  pc->fd = -1;
+  luaL_setmetatable(L, CONN_MT);
+  lua_replace(L, 1);
+  lua_settop(L, 1);
+  pc->conn = PQconnectStart(info);
+  if (!pc->conn) {
+    lua_pushnil(L);
+    lua_pushstring(L, "pg: out of memory");
+    return 2;
+  }
+  PQsetNoticeProcessor(pc->conn, discard_notice, NULL);
+  if (PQstatus(pc->conn) == CONNECTION_BAD) {
+    char msg[ERRLEN];
+    snprintf(msg, sizeof msg, "pg: cannot connect: %s", PQerrorMessage(pc->conn));
+    trim_message(msg);
+    conn_close(pc, msg);
+    lua_pushnil(L);
+    lua_pushstring(L, msg);
+    return 2;
+  }
+  pgop *op = calloc(1, sizeof *op);
+  if (!op) return luaL_error(L, "pg: out of memory");
+  op->pc = pc;
+  op->kind = OP_CONNECT;
+  pc->op = op;
+  if (timeout > 0) {
+    op->timer = malloc(sizeof *op->timer);
+    if (op->timer) {
+      op->timeout = timeout;
+      uv_timer_init(mg_loop(), op->timer);
+      op->timer->data = op;
+      uv_timer_start(op->timer, connect_timed_out, (uint64_t)ceil(timeout * 1000.0), 0);
+    }
+  }
+  /* as if PQconnectPoll had asked to write */
+  if (watch(pc, UV_WRITABLE) != 0) {
+    op_fail(op, "pg: cannot connect: ", "cannot watch the socket");
+    conn_close(pc, op->err);
+    pc->op = NULL;
+    lua_pushnil(L);
+    lua_pushstring(L, op->err);
+    op_free(op);
+    return 2;
+  }
+  return mg_await(L, &op->w, op_cancel, connect_done, (lua_KContext)op);
+}
+
+/* ---------------------------------------------------------------- parameters */
+
+typedef struct params {
+  int n;
+  Oid *types;
+  const char **values;
+  int *lengths;
+  int *formats;
+  char *nums;               /* formatted numbers, 32 bytes each */
+  Oid stypes[NPARAMS_STACK];
+  const char *svalues[NPARAMS_STACK];
+  int slengths[NPARAMS_STACK];
+  int sformats[NPARAMS_STACK];
+  char snums[NPARAMS_STACK * 32];
+} params;
+
+static void params_free(params *p) {
+  if (p->types != p->stypes) {
+    free(p->types); free(p->values); free(p->lengths); free(p->formats); free(p->nums);
+  }
+}
+
+/* Text parameters must be valid UTF-8 without NUL bytes (the server's
+** encoding); anything else is sent as bytea. */
+static int valid_utf8(const unsigned char *s, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    unsigned char c = s[i];
+    size_t k;
+    if (c < 0x80) {
+      if (c == 0) return 0;
+      i++;
+      continue;
+    }
+    if (c >= 0xC2 && c <= 0xDF) k = 1;
+    else if (c >= 0xE0 && c <= 0xEF) k = 2;
+    else if (c >= 0xF0 && c <= 0xF4) k = 3;
+    else return 0;
+    if (n - i <= k) return 0;
+    for (size_t j = 1; j <= k; j++)
+      if ((s[i + j] & 0xC0) != 0x80) return 0;
+    if ((c == 0xE0 && s[i + 1] < 0xA0) || (c == 0xED && s[i + 1] >= 0xA0) ||
+        (c == 0xF0 && s[i + 1] < 0x90) || (c == 0xF4 && s[i + 1] >= 0x90))
+      return 0;                                 /* overlong, surrogate, > U+10FFFF */
+    i += k + 1;
+  }
+  return 1;
+}
+
+static int is_bytea(lua_State *L, int idx) {
+  if (!lua_getmetatable(L, idx)) return 0;
+  lua_getfield(L, LUA_REGISTRYINDEX, REG_BYTEA);
+  int eq = lua_rawequal(L, -1, -2);
+  lua_pop(L, 2);
+  return eq;
+}
+
+/* Turn the list at stack index t (n entries) into libpq parameters. The
+** strings stay on the Lua stack above `t` until the statement is sent, so
+** the caller must not pop them before then. Raises on bad values. */
+static void params_collect(lua_State *L, params *p, int t, int n) {
+  p->n = n;
+  p->types = p->stypes; p->values = p->svalues; p->lengths = p->slengths;
+  p->formats = p->sformats; p->nums = p->snums;
+  if (n > NPARAMS_STACK) {
+    p->types = malloc(sizeof(Oid) * (size_t)n);
+    p->values = malloc(sizeof(char *) * (size_t)n);
+    p->lengths = malloc(sizeof(int) * (size_t)n);
+    p->formats = malloc(sizeof(int) * (size_t)n);
+    p->nums = malloc(32 * (size_t)n);
+    if (!p->types || !p->values || !p->lengths || !p->formats || !p->nums) {
+      params_free(p);
+      luaL_error(L, "pg: out of memory");
+    }
+  }
+  luaL_checkstack(L, n + 4, "too many parameters");
+  for (int i = 0; i < n; i++) {
+    char *num = p->nums + 32 * i;
+    p->types[i] = 0;
+    p->lengths[i] = 0;
+    p->formats[i] = 0;
+    p->values[i] = NULL;
+    lua_rawgeti(L, t, i + 1);                     /* stays on the stack */
+    int vi = lua_gettop(L);
+    switch (lua_type(L, vi)) {
+      case LUA_TNIL:
+        break;                                    /* NULL */
+      case LUA_TLIGHTUSERDATA:
+        if (lua_touserdata(L, vi) != NULL) goto bad;
+        break;                                    /* pg.null */
+      case LUA_TBOOLEAN:
+        p->types[i] = OID_BOOL;
+        p->values[i] = lua_toboolean(L, vi) ? "t" : "f";
+        break;
+      case LUA_TNUMBER:
+        if (lua_isinteger(L, vi)) {
+          p->types[i] = OID_INT8;
+          snprintf(num, 32, LUA_INTEGER_FMT, lua_tointeger(L, vi));
+        } else {
+          double x = (double)lua_tonumber(L, vi);
+          p->types[i] = OID_FLOAT8;
+          if (isnan(x)) snprintf(num, 32, "NaN");
+          else if (isinf(x)) snprintf(num, 32, "%s", x > 0 ? "Infinity" : "-Infinity");
+          else {
+            int prec = 15;
+            do snprintf(num, 32, "%.*g", prec, x);
+            while (strtod(num, NULL) != x && ++prec <= 17);
+          }
+        }
+        p->values[i] = num;
+        break;
+      case LUA_TSTRING: {
+        size_t len;
+        const char *s = lua_tolstring(L, vi, &len);
+        if (len > 0x7fffffff) goto bad;
+        p->values[i] = s;
+        p->lengths[i] = (int)len;
+        if (!valid_utf8((const unsigned char *)s, len)) {
+          /* not text: send the bytes as they are */
+          p->types[i] = OID_BYTEA;
+          p->formats[i] = 1;
+        }
+        break;
+      }
+      case LUA_TTABLE:
+        if (is_bytea(L, vi)) {
+          size_t len;
+          lua_rawgeti(L, vi, 1);
+          const char *s = lua_tolstring(L, -1, &len);
+          if (!s) goto bad;
+          lua_replace(L, vi);
+          p->values[i] = s;
+          p->lengths[i] = (int)len;
+          p->types[i] = OID_BYTEA;
+          p->formats[i] = 1;
+        } else {
+          lua_getfield(L, LUA_REGISTRYINDEX, REG_ENCODE);
+          lua_pushvalue(L, vi);
+          if (lua_pcall(L, 1, 1, 0) != LUA_OK || !lua_isstring(L, -1)) {
+            const char *m = lua_tostring(L, -1);
+            char msg[ERRLEN];
+            snprintf(msg, sizeof msg, "bad parameter $%d (cannot encode table as JSON: %s)",
+                     i + 1, m ? m : "encoder failed");
+            params_free(p);
+            luaL_error(L, "%s", msg);
+          }
+          lua_replace(L, vi);
+          p->values[i] = lua_tostring(L, vi);
+          p->types[i] = OID_JSONB;
+        }
+        break;
+      default:
+        goto bad;
+    }
+    continue;
+  bad:
+    {
+      const char *tn = luaL_typename(L, vi);
+      params_free(p);
+      luaL_error(L, "bad parameter $%d (%s cannot be sent to PostgreSQL; "
+                    "use pg.null for NULL)", i + 1, tn);
+    }
+  }
+}
+
+/* ---------------------------------------------------------------- results */
+
+static void push_value(lua_State *L, PGresult *r, int row, int col, Oid type) {
+  const char *v = PQgetvalue(r, row, col);
+  int len = PQgetlength(r, row, col);
+  switch (type) {
+    case OID_INT2: case OID_INT4: case OID_INT8: case OID_OID:
+      if (lua_stringtonumber(L, v) == 0) lua_pushlstring(L, v, (size_t)len);
+      break;
+    case OID_FLOAT4: case OID_FLOAT8:
+      lua_pushnumber(L, (lua_Number)strtod(v, NULL));
+      break;
+    case OID_BOOL:
+      lua_pushboolean(L, v[0] == 't');
+      break;
+    case OID_BYTEA: {
+      size_t n;
+      unsigned char *b = PQunescapeBytea((const unsigned char *)v, &n);
+      if (b) { lua_pushlstring(L, (const char *)b, n); PQfreemem(b); }
+      else lua_pushlstring(L, v, (size_t)len);
+      break;
+    }
+    case OID_JSON: case OID_JSONB:
+      lua_getfield(L, LUA_REGISTRYINDEX, REG_DECODE);
+      lua_pushlstring(L, v, (size_t)len);
+      if (lua_pcall(L, 1, 1, 0) != LUA_OK) {  /* keep the text */
+        lua_pop(L, 1);
+        lua_pushlstring(L, v, (size_t)len);
+      }
+      break;
+    default:                                    /* numeric, text, dates, ... */
+      lua_pushlstring(L, v, (size_t)len);
+  }
+}
+
+static void push_rows(lua_State *L, PGresult *r) {
+  int nrows = PQntuples(r), ncols = PQnfields(r);
+  luaL_checkstack(L, ncols + 8, "too many columns");
+  lua_createtable(L, nrows, 0);
+  int rows = lua_gettop(L);
+  /* column names once, as Lua strings */
+  for (int c = 0; c < ncols; c++) lua_pushstring(L, PQfname(r, c));
+  for (int i = 0; i < nrows; i++) {
+    lua_createtable(L, 0, ncols);
+    for (int c = 0; c < ncols; c++) {
+      lua_pushvalue(L, rows + 1 + c);
+      if (PQgetisnull(r, i, c)) lua_pushlightuserdata(L, NULL);
+      else push_value(L, r, i, c, PQftype(r, c));
+      lua_rawset(L, -3);
+    }
+    lua_rawseti(L, rows, i + 1);
+  }
+  lua_settop(L, rows);
+}
+
+static int push_error(lua_State *L, PGresult *r) {
+  const char *primary = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
+  const char *severity = PQresultErrorField(r, PG_DIAG_SEVERITY);
+  const char *detail = PQresultErrorField(r, PG_DIAG_MESSAGE_DETAIL);
+  const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+  lua_pushnil(L);
+  if (primary) {
+    if (detail)
+      lua_pushfstring(L, "pg: %s: %s (%s)", severity ? severity : "ERROR", primary, detail);
+    else
+      lua_pushfstring(L, "pg: %s: %s", severity ? severity : "ERROR", primary);
+  } else {
+    char msg[ERRLEN];
+    snprintf(msg, sizeof msg, "pg: %s", PQresultErrorMessage(r));
+    trim_message(msg);
+    lua_pushstring(L, msg);
+  }
+  if (state) lua_pushstring(L, state);
+  else lua_pushnil(L);
+  return 3;
+}
+
+static int query_done(lua_State *L, int status, lua_KContext ctx) {
+  pgop *op = (pgop *)ctx;
+  (void)status;
+  int n;
+  if (op->failed && !(op->res && PQresultStatus(op->res) == PGRES_FATAL_ERROR)) {
+    lua_pushnil(L);
+    lua_pushstring(L, op->err);
+    n = 2;
+  } else if (!op->res) {
+    lua_pushnil(L);
+    lua_pushstring(L, "pg: no result");
+    n = 2;
+  } else {
+    PGresult *r = op->res;
+    switch (PQresultStatus(r)) {
+      case PGRES_TUPLES_OK:
+      case PGRES_COMMAND_OK:
+      case PGRES_EMPTY_QUERY:
+        if (op->kind == OP_EXEC) {
+          lua_pushboolean(L, 1);
+          n = 1;
+        } else {
+          push_rows(L, r);
+          const char *t = PQcmdTuples(r);
+          if (t && t[0]) lua_pushinteger(L, (lua_Integer)strtoll(t, NULL, 10));
+          else lua_pushinteger(L, PQntuples(r));
+          n = 2;
+        }
+        break;
+      case PGRES_FATAL_ERROR:
+        n = push_error(L, r);
+        break;
+      default:
+        lua_pushnil(L);
+        lua_pushfstring(L, "pg: unexpected result: %s", PQresStatus(PQresultStatus(r)));
+        n = 2;
+    }
+  }
+  op_free(op);
+  return n;
+}
+
+static int not_ready(lua_State *L, pgconn *pc) {
+  lua_pushnil(L);
+  if (!pc->conn) lua_pushstring(L, pc->err[0] ? pc->err : "pg: connection closed");
+  else if (pc->op) return luaL_error(L, "pg: the connection is busy with another statement "
+                                        "(one at a time per connection: use a pool)");
+  else lua_pushstring(L, "pg: connection is not usable");
+  return 2;
+}
+
+/* Start sending; on success the task waits for the results. */
+static int start_op(lua_State *L, pgconn *pc, int kind, int sent) {
+  if (!sent) {
+    char msg[ERRLEN];
+    snprintf(msg, sizeof msg, "pg: cannot send: %s", PQerrorMessage(pc->conn));
+    trim_message(msg);
+    if (PQstatus(pc->conn) == CONNECTION_BAD) conn_close(pc, msg);
+    lua_pushnil(L);
+    lua_pushstring(L, msg);
+    return 2;
+  }
+  pgop *op = calloc(1, sizeof *op);
+  if (!op) {
+    conn_close(pc, "pg: out of memory");
+    return luaL_error(L, "pg: out of memory");
+  }
+  op->pc = pc;
+  op->kind = kind;
+  int f = PQflush(pc->conn);
+  op->flushing = f > 0;
+  pc->op = op;
+  if (f < 0 || watch(pc, op->flushing ? UV_READABLE | UV_WRITABLE : UV_READABLE) != 0) {
+    op_fail(op, "pg: connection lost: ", PQerrorMessage(pc->conn));
+    conn_close(pc, op->err);
+    pc->op = NULL;
+    lua_pushnil(L);
+    lua_pushstring(L, op->err);
+    op_free(op);
+    return 2;
+  }
+  lua_settop(L, 1);
+  return mg_await(L, &op->w, op_cancel, query_done, (lua_KContext)op);
+}
+
+/* conn:query(sql [, params [, n]]) -> rows, count | nil, err, sqlstate */
+static int l_query(lua_State *L) {
+  pgconn *pc = check_conn(L);
+  const char *sql = luaL_checkstring(L, 2);
+  int n = 0;
+  if (!lua_isnoneornil(L, 3)) {
+    luaL_checktype(L, 3, LUA_TTABLE);
+    n = lua_isnoneornil(L, 4) ? (int)luaL_len(L, 3) : (int)luaL_checkinteger(L, 4);
+    luaL_argcheck(L, n >= 0 && n <= 65535, 4, "parameter count must be 0..65535");
+  }
+  mg_check_yieldable(L, "pg query");
+  if (!pc->conn || pc->op) return not_ready(L, pc);
+  params p;
+  memset(&p, 0, sizeof p);
+  if (n > 0) params_collect(L, &p, 3, n);
+  int sent = PQsendQueryParams(pc->conn, sql, n, n ? p.types : NULL, n ? p.values : NULL,
+                               n ? p.lengths : NULL, n ? p.formats : NULL, 0);
+  if (n > 0) params_free(&p);
+  return start_op(L, pc, OP_QUERY, sent);
+}
+
+/* conn:exec(sql) -> true | nil, err, sqlstate; sql may hold many statements */
+static int l_exec(lua_State *L) {
+  pgconn *pc = check_conn(L);
+  const char *sql = luaL_checkstring(L, 2);
+  mg_check_yieldable(L, "pg exec");
+  if (!pc->conn || pc->op) return not_ready(L, pc);
+  return start_op(L, pc, OP_EXEC, PQsendQuery(pc->conn, sql));
+}
+
+/* conn:ok() -> bool: usable for the next statement. Reads whatever the
+** server sent while the connection was idle, so a connection the server
+** closed (restart, admin shutdown) is noticed before anything is sent. */
+static int l_ok(lua_State *L) {
+  pgconn *pc = check_conn(L);
+  int ok = pc->conn != NULL && pc->op == NULL;
+  /* Twice: a server shutting down sends a FATAL message and then closes;
+  ** the first read takes the message, the second sees the end. */
+  for (int round = 0; ok && round < 2; round++) {
+    if (!PQconsumeInput(pc->conn) || PQstatus(pc->conn) != CONNECTION_OK) ok = 0;
+    else {
+      PGresult *r;
+      while (!PQisBusy(pc->conn) && (r = PQgetResult(pc->conn)) != NULL) PQclear(r);
+      ok = PQstatus(pc->conn) == CONNECTION_OK;
+    }
+  }
+  if (pc->conn && pc->op == NULL) {
+    if (!ok) {
+      char msg[ERRLEN];
+      snprintf(msg, sizeof msg, "pg: connection lost: %s", PQerrorMessage(pc->conn));
+      trim_message(msg);
+      conn_close(pc, msg);
+    }
+  }
+  lua_pushboolean(L, ok);
+  return 1;
+}
+
+/* conn:tx_status() -> "idle" | "active" | "intrans" | "inerror" | "unknown" */
+static int l_tx_status(lua_State *L) {
+  pgconn *pc = check_conn(L);
+  const char *s = "unknown";
+  if (pc->conn) {
+    switch (PQtransactionStatus(pc->conn)) {
+      case PQTRANS_IDLE: s = "idle"; break;
+      case PQTRANS_ACTIVE: s = "active"; break;
+      case PQTRANS_INTRANS: s = "intrans"; break;
+      case PQTRANS_INERROR: s = "inerror"; break;
+      default: break;
+    }
+  }
+  lua_pushstring(L, s);
+  return 1;
+}
+
+static int l_backend_pid(lua_State *L) {
+  pgconn *pc = check_conn(L);
+  if (!pc->conn) lua_pushnil(L);
+  else lua_pushinteger(L, PQbackendPID(pc->conn));
+  return 1;
+}
+
+static int l_error(lua_State *L) {
+  pgconn *pc = check_conn(L);
+  if (pc->conn) lua_pushnil(L);
+  else lua_pushstring(L, pc->err[0] ? pc->err : "pg: connection closed");
+  return 1;
+}
+
+static int l_close(lua_State *L) {
+  pgconn *pc = check_conn(L);
+  if (pc->op) {                         /* a task waits: end its statement */
+    pgop *op = pc->op;
+    op_fail(op, "pg: ", "connection closed");
+    finish(pc);
+  }
+  conn_close(pc, "pg: connection closed");
+  return 0;
+}
+
+static int l_gc(lua_State *L) {
+  pgconn *pc = luaL_checkudata(L, 1, CONN_MT);
+  pc->op = NULL;
+  conn_close(pc, "pg: connection closed");
+  return 0;
+}
+
+static int l_tostring(lua_State *L) {
+  pgconn *pc = check_conn(L);
+  lua_pushfstring(L, "pg connection (%s): %p", pc->conn ? "open" : "closed", (void *)pc);
+  return 1;
+}
+
+/* set_codecs(json_encode, json_decode, bytea_metatable) */
+static int l_set_codecs(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  luaL_checktype(L, 2, LUA_TFUNCTION);
+  luaL_checktype(L, 3, LUA_TTABLE);
+  lua_pushvalue(L, 1);
+  lua_setfield(L, LUA_REGISTRYINDEX, REG_ENCODE);
+  lua_pushvalue(L, 2);
+  lua_setfield(L, LUA_REGISTRYINDEX, REG_DECODE);
+  lua_pushvalue(L, 3);
+  lua_setfield(L, LUA_REGISTRYINDEX, REG_BYTEA);
+  return 0;
+}
+
+static const luaL_Reg conn_methods[] = {
+  { "query", l_query },
+  { "exec", l_exec },
+  { "ok", l_ok },
+  { "tx_status", l_tx_status },
+  { "backend_pid", l_backend_pid },
+  { "error", l_error },
+  { "close", l_close },
+  { NULL, NULL }
+};
+
+static const luaL_Reg funcs[] = {
+  { "connect", l_connect },
+  { "set_codecs", l_set_codecs },
+  { NULL, NULL }
+};
+
+int mg_open_pg(lua_State *L) {
+  if (luaL_newmetatable(L, CONN_MT)) {
+    luaL_newlib(L, conn_methods);
+    lua_setfield(L, -2, "__index");
+    lua_pushcfunction(L, l_gc);
+    lua_setfield(L, -2, "__gc");
+    lua_pushcfunction(L, l_close);
+    lua_setfield(L, -2, "__close");
+    lua_pushcfunction(L, l_tostring);
+    lua_setfield(L, -2, "__tostring");
+  }
+  lua_pop(L, 1);
+  luaL_newlib(L, funcs);
+  lua_pushlightuserdata(L, NULL);
+  lua_setfield(L, -2, "null");
+  return 1;
+}

@@ -1,0 +1,453 @@
+-- moongraph.pg against a real, throwaway PostgreSQL server.
+local mg = require "moongraph"
+local pg = require "moongraph.pg"
+local servers = require "servers"
+
+local null = pg.null
+
+describe("moongraph.pg", function()
+  local srv, url
+
+  setup(function()
+    srv = servers.postgres()
+    url = srv:create_database("pg_spec")
+  end)
+  teardown(function() if srv then srv:destroy() end end)
+
+  local function run(fn) return mg.run(fn) end
+  local function connect(opts) return assert(pg.connect(url, opts)) end
+
+  describe("queries", function()
+    it("returns rows keyed by column name with types mapped", function()
+      run(function()
+        local db = connect()
+        local rows, n = db:query([[
+          SELECT 1::int2 AS i2, 2::int4 AS i4, 9007199254740993::int8 AS i8,
+                 1.5::float4 AS f4, 0.1::float8 AS f8, 'Infinity'::float8 AS inf,
+                 true AS yes, false AS no, 12345678901234567890.123::numeric AS num,
+                 'text'::text AS t, NULL::int AS nothing,
+                 '{"a": [1, 2.5, null], "b": {"c": "d"}}'::jsonb AS jb,
+                 '[1, "x"]'::json AS j, '\x00ff41'::bytea AS bin,
+                 '{1,2,3}'::int[] AS arr, '2024-01-02'::date AS day]])
+        assert.equal(1, n)
+        local r = rows[1]
+        assert.equal(1, r.i2); assert.equal("integer", math.type(r.i2))
+        assert.equal(2, r.i4)
+        assert.equal(9007199254740993, r.i8); assert.equal("integer", math.type(r.i8))
+        assert.equal(1.5, r.f4); assert.equal("float", math.type(r.f4))
+        assert.equal(0.1, r.f8)
+        assert.equal(math.huge, r.inf)
+        assert.is_true(r.yes); assert.is_false(r.no)
+        assert.equal("12345678901234567890.123", r.num)
+        assert.equal("text", r.t)
+        assert.equal(null, r.nothing)
+        assert.same({ a = { 1, 2.5, null }, b = { c = "d" } }, r.jb)
+        assert.same({ 1, "x" }, r.j)
+        assert.equal("\0\255A", r.bin)
+        assert.equal("{1,2,3}", r.arr)
+        assert.equal("2024-01-02", r.day)
+      end)
+    end)
+
+    it("returns several rows in order and the count of affected rows", function()
+      run(function()
+        local db = connect()
+        assert.is_true(db:exec("CREATE TABLE nums (n int)"))
+        local rows, n = db:query("INSERT INTO nums SELECT generate_series(1, 5)")
+        assert.same({}, rows)
+        assert.equal(5, n)
+        rows, n = db:query("SELECT n FROM nums ORDER BY n")
+        assert.equal(5, n)
+        for i = 1, 5 do assert.equal(i, rows[i].n) end
+        rows, n = db:query("UPDATE nums SET n = n + 10 WHERE n > $1", { 3 })
+        assert.equal(2, n)
+      end)
+    end)
+
+    it("sends Lua values typed", function()
+      run(function()
+        local db = connect()
+        local r = db:query([[SELECT pg_typeof($1)::text AS b, pg_typeof($2)::text AS i,
+          pg_typeof($3)::text AS f, pg_typeof($4)::text AS j, pg_typeof($5)::text AS y,
+          $1 AS bv, $2 AS iv, $3 AS fv, $4 AS jv, $5 AS yv, $6::text IS NULL AS isnull,
+          $7::text AS s]],
+          { true, 42, 2.5, { k = { 1, 2 } }, pg.bytea("\0\1"), null, "plain" })[1]
+        assert.same({ "boolean", "bigint", "double precision", "jsonb", "bytea" },
+          { r.b, r.i, r.f, r.j, r.y })
+        assert.is_true(r.bv)
+        assert.equal(42, r.iv)
+        assert.equal(2.5, r.fv)
+        assert.same({ k = { 1, 2 } }, r.jv)
+        assert.equal("\0\1", r.yv)
+        assert.is_true(r.isnull)
+        assert.equal("plain", r.s)
+      end)
+    end)
+
+    it("sends bytes that are not UTF-8 as bytea", function()
+      run(function()
+        local db = connect()
+        local blob = "\255\0\128binary"
+        local r = db:query("SELECT pg_typeof($1)::text AS t, $1 AS v", { blob })[1]
+        assert.equal("bytea", r.t)
+        assert.equal(blob, r.v)
+      end)
+    end)
+
+    it("takes NULLs as pg.null or as holes with params.n", function()
+      run(function()
+        local db = connect()
+        local r = db:query("SELECT $1::int IS NULL AS a, $2::int AS b, $3::text IS NULL AS c",
+          { nil, 7, nil, n = 3 })[1]
+        assert.is_true(r.a)
+        assert.equal(7, r.b)
+        assert.is_true(r.c)
+      end)
+    end)
+
+    it("stores parameters with quotes, semicolons and SQL verbatim", function()
+      run(function()
+        local db = connect()
+        assert.is_true(db:exec("CREATE TABLE x (id serial PRIMARY KEY, v text, doc jsonb)"))
+        local nasty = {
+          "'; DROP TABLE x; --",
+          "Robert'); DROP TABLE x;--",
+          "\"double\" 'single' `back` ;;; $1 $$ $tag$ \\ \\\\ %s %d",
+          "line1\nline2\r\n\ttab",
+          "한국어 분리배출 ♻️ emoji",
+          "",
+        }
+        for _, s in ipairs(nasty) do
+          assert(db:query("INSERT INTO x (v, doc) VALUES ($1, $2)", { s, { s = s } }))
+        end
+        local rows = assert(db:query("SELECT v, doc FROM x ORDER BY id"))
+        assert.equal(#nasty, #rows)
+        for i, s in ipairs(nasty) do
+          assert.equal(s, rows[i].v)
+          assert.equal(s, rows[i].doc.s)
+        end
+        assert.equal(1, #db:query("SELECT 1 FROM x WHERE v = $1", { nasty[1] }))
+        assert.equal(#nasty, db:query("SELECT count(*) AS c FROM x")[1].c)
+      end)
+    end)
+
+    it("returns nil, message and SQLSTATE on errors and stays usable", function()
+      run(function()
+        local db = connect()
+        local rows, err, state = db:query("SELECT nope FROM nowhere")
+        assert.is_nil(rows)
+        assert.matches('relation "nowhere" does not exist', err)
+        assert.equal("42P01", state)
+        assert.is_true(db:exec("CREATE TABLE u (k text PRIMARY KEY)"))
+        assert(db:query("INSERT INTO u VALUES ($1)", { "a" }))
+        rows, err, state = db:query("INSERT INTO u VALUES ($1)", { "a" })
+        assert.is_nil(rows)
+        assert.matches("duplicate key", err)
+        assert.equal("23505", state)
+        rows, err = db:query("SELECT $1::int", { "not a number" })
+        assert.is_nil(rows)
+        assert.matches("invalid input syntax", err)
+        assert.equal(1, db:query("SELECT 1 AS one")[1].one)
+      end)
+    end)
+
+    it("raises on misuse", function()
+      run(function()
+        local db = connect()
+        assert.has_error(function() db:query(42) end)
+        assert.has_error(function() db:query("SELECT $1", "not a list") end)
+        local ok, err = pcall(db.query, db, "SELECT $1", { function() end })
+        assert.is_false(ok)
+        assert.matches("bad parameter %$1", err)
+        assert.has_error(function() pg.bytea(1) end)
+        assert.has_error(function() pg.connect(url, { size = 2 }) end)
+        assert.has_error(function() pg.pool(url, { bogus = 1 }) end)
+      end)
+    end)
+  end)
+
+  describe("exec", function()
+    it("runs several statements and returns true", function()
+      run(function()
+        local db = connect()
+        assert.is_true(db:exec([[
+          CREATE TABLE e1 (a int);
+          CREATE INDEX e1_a ON e1 (a);
+          INSERT INTO e1 VALUES (1), (2);]]))
+        assert.equal(2, db:query("SELECT count(*) AS c FROM e1")[1].c)
+      end)
+    end)
+
+    it("stops at the first failing statement", function()
+      run(function()
+        local db = connect()
+        local ok, err, state = db:exec("CREATE TABLE e2 (a int); SELECT * FROM missing; CREATE TABLE e3 (a int)")
+        assert.is_nil(ok)
+        assert.matches("missing", err)
+        assert.equal("42P01", state)
+        -- one implicit transaction: nothing of the script is left
+        assert.is_nil((db:query("SELECT * FROM e2")))
+        assert.is_nil((db:query("SELECT * FROM e3")))
+      end)
+    end)
+  end)
+
+  describe("transactions", function()
+    it("commits when fn returns and passes its results", function()
+      run(function()
+        local db = connect()
+        db:exec("CREATE TABLE acct (name text PRIMARY KEY, bal int)")
+        local a, b = db:transaction(function(tx)
+          tx:query("INSERT INTO acct VALUES ($1, $2)", { "alice", 10 })
+          tx:query("INSERT INTO acct VALUES ($1, $2)", { "bob", 5 })
+          return "done", 2
+        end)
+        assert.equal("done", a)
+        assert.equal(2, b)
+        assert.equal(2, db:query("SELECT count(*) AS c FROM acct")[1].c)
+      end)
+    end)
+
+    it("rolls back when fn raises", function()
+      run(function()
+        local db = connect()
+        db:exec("CREATE TABLE rb (v text)")
+        local ok, err = db:transaction(function(tx)
+          tx:query("INSERT INTO rb VALUES ($1)", { "lost" })
+          error("node failed")
+        end)
+        assert.is_nil(ok)
+        assert.matches("node failed", err)
+        assert.equal(0, db:query("SELECT count(*) AS c FROM rb")[1].c)
+      end)
+    end)
+
+    it("rolls back when a statement inside failed, even if fn returned", function()
+      run(function()
+        local db = connect()
+        db:exec("CREATE TABLE rb2 (v int PRIMARY KEY)")
+        local ok, err = db:transaction(function(tx)
+          tx:query("INSERT INTO rb2 VALUES (1)")
+          tx:query("INSERT INTO rb2 VALUES (1)")        -- fails, not raised
+          return true
+        end)
+        assert.is_nil(ok)
+        assert.matches("rolled back", err)
+        assert.equal(0, db:query("SELECT count(*) AS c FROM rb2")[1].c)
+      end)
+    end)
+
+    it("nests with savepoints", function()
+      run(function()
+        local db = connect()
+        db:exec("CREATE TABLE sp (v text)")
+        assert(db:transaction(function(tx)
+          tx:query("INSERT INTO sp VALUES ('outer')")
+          local ok = tx:transaction(function(inner)
+            inner:query("INSERT INTO sp VALUES ('inner')")
+            error("inner fails")
+          end)
+          assert(ok == nil)
+          return true
+        end))
+        local rows = db:query("SELECT v FROM sp")
+        assert.equal(1, #rows)
+        assert.equal("outer", rows[1].v)
+      end)
+    end)
+
+    it("keeps other tasks out until it ends", function()
+      run(function()
+        local db = connect()
+        db:exec("CREATE TABLE iso (v int)")
+        local seen
+        local t = db:transaction(function(tx)
+          tx:query("INSERT INTO iso VALUES (1)")
+          mg.spawn(function() seen = db:query("SELECT count(*) AS c FROM iso")[1].c end)
+          mg.sleep(0.05)
+          return "ok"
+        end)
+        assert.equal("ok", t)
+        mg.sleep(0.05)
+        assert.equal(1, seen)                       -- ran after COMMIT
+      end)
+    end)
+
+    it("a finished transaction handle refuses more statements", function()
+      run(function()
+        local db = connect()
+        local keep
+        db:transaction(function(tx) keep = tx end)
+        assert.has_error(function() keep:query("SELECT 1") end)
+      end)
+    end)
+  end)
+
+  describe("timeouts and cancellation", function()
+    it("applies the statement timeout and stays usable", function()
+      run(function()
+        local db = connect{ statement_timeout = 0.1 }
+        local rows, err, state = db:query("SELECT pg_sleep(2)")
+        assert.is_nil(rows)
+        assert.matches("statement timeout", err)
+        assert.equal("57014", state)
+        assert.equal(1, db:query("SELECT 1 AS one")[1].one)
+      end)
+    end)
+
+    it("cancelling a task stops its statement on the server", function()
+      run(function()
+        local db = connect()
+        local watcher = connect()
+        local ok, err = mg.timeout(0.1, function() return db:query("SELECT pg_sleep(30), 'marker-cancel'") end)
+        assert.is_false(ok)
+        assert.equal("timeout", err)
+        -- the cancel request reaches the backend; poll for it with a bound
+        local running = 1
+        for _ = 1, 100 do
+          running = watcher:query([[SELECT count(*) AS c FROM pg_stat_activity
+            WHERE query LIKE '%marker-cancel%' AND pid <> pg_backend_pid() AND state = 'active']])[1].c
+          if running == 0 then break end
+          mg.sleep(0.02)
+        end
+        assert.equal(0, running)
+        assert.equal(1, db:query("SELECT 1 AS one")[1].one)
+      end)
+    end)
+
+    it("reports a refused connection without hanging", function()
+      local db, err = run(function() return pg.connect("postgresql://postgres@127.0.0.1:1/x") end)
+      assert.is_nil(db)
+      assert.matches("^pg: cannot connect", err)
+      db, err = run(function() return pg.connect("postgresql://host/db?nonsense=1") end)
+      assert.is_nil(db)
+      assert.matches("nonsense", err)
+    end)
+
+    it("cannot be used outside a task", function()
+      local db = run(function() return connect() end)
+      local ok, err = pcall(db.query, db, "SELECT 1")
+      assert.is_false(ok)
+      assert.matches("not inside a moongraph task", err)
+    end)
+  end)
+
+  describe("pools", function()
+    it("serves 64 tasks through 8 connections", function()
+      run(function()
+        local p = pg.pool(url, { size = 8 })
+        local pids, fns = {}, {}
+        for i = 1, 64 do
+          fns[i] = function()
+            local r = assert(p:query("SELECT pg_backend_pid() AS pid, $1::int * 2 AS v", { i }))[1]
+            pids[r.pid] = true
+            return r.v
+          end
+        end
+        local res = mg.gather(fns)
+        for i = 1, 64 do assert.equal(2 * i, res[i].value) end
+        local n = 0
+        for _ in pairs(pids) do n = n + 1 end
+        assert.is_true(n >= 1 and n <= 8)
+        p:close()
+      end)
+    end)
+
+    it("serves waiting tasks in arrival order", function()
+      run(function()
+        local p = pg.pool(url, { size = 1 })
+        local order, tasks = {}, {}
+        tasks[1] = mg.spawn(function() p:query("SELECT pg_sleep(0.05)"); order[#order + 1] = 1 end)
+        for i = 2, 6 do
+          tasks[i] = mg.spawn(function() p:query("SELECT 1"); order[#order + 1] = i end)
+        end
+        for i = 1, 6 do tasks[i]:join() end
+        assert.same({ 1, 2, 3, 4, 5, 6 }, order)
+      end)
+    end)
+
+    it("passes a turn on when a waiting task is cancelled", function()
+      run(function()
+        local p = pg.pool(url, { size = 1 })
+        local holder = mg.spawn(function() return p:query("SELECT pg_sleep(0.05)") end)
+        mg.sleep(0)
+        local quitter = mg.spawn(function() return p:query("SELECT 'never'") end)
+        local after = mg.spawn(function() return p:query("SELECT 'after' AS v") end)
+        mg.sleep(0)
+        quitter:cancel()
+        assert.truthy(holder:join())
+        local ok, rows = after:join()
+        assert.is_true(ok)
+        assert.equal("after", rows[1].v)
+      end)
+    end)
+
+    it("gives up waiting after acquire_timeout", function()
+      run(function()
+        local p = pg.pool(url, { size = 1, acquire_timeout = 0.02 })
+        local holder = mg.spawn(function() return p:query("SELECT pg_sleep(0.2)") end)
+        mg.sleep(0)
+        local rows, err = p:query("SELECT 1")
+        assert.is_nil(rows)
+        assert.matches("no connection free", err)
+        holder:join()
+      end)
+    end)
+
+    it("runs transactions on one of its connections", function()
+      run(function()
+        local p = pg.pool(url, { size = 2 })
+        p:exec("CREATE TABLE pt (v int)")
+        assert.equal("ok", p:transaction(function(tx)
+          tx:query("INSERT INTO pt VALUES (1)")
+          return "ok"
+        end))
+        assert.is_nil((p:transaction(function(tx)
+          tx:query("INSERT INTO pt VALUES (2)")
+          error("no")
+        end)))
+        assert.equal(1, p:query("SELECT count(*) AS c FROM pt")[1].c)
+      end)
+    end)
+  end)
+
+  describe("server restarts", function()
+    it("reconnects after a restart", function()
+      run(function()
+        local db = connect()
+        local p = pg.pool(url, { size = 2 })
+        assert.equal(1, db:query("SELECT 1 AS one")[1].one)
+        assert.equal(1, p:query("SELECT 1 AS one")[1].one)
+        srv:restart()
+        assert.equal(2, db:query("SELECT 2 AS two")[1].two)
+        assert.equal(2, p:query("SELECT 2 AS two")[1].two)
+      end)
+    end)
+
+    it("fails clearly while the server is down and recovers", function()
+      run(function()
+        local db = connect()
+        srv:stop()
+        local rows, err = db:query("SELECT 1")
+        assert.is_nil(rows)
+        assert.matches("^pg: ", err)
+        srv:start()
+        assert.equal(1, db:query("SELECT 1 AS one")[1].one)
+      end)
+    end)
+
+    it("a statement running when the server crashes fails; the next one works", function()
+      run(function()
+        local db = connect()
+        local t = mg.spawn(function() return db:query("SELECT pg_sleep(10)") end)
+        mg.sleep(0.05)
+        srv:restart("immediate")
+        local ok, rows, err = t:join()
+        assert.is_true(ok)
+        assert.is_nil(rows)
+        assert.matches("^pg: ", err)
+        assert.equal(1, db:query("SELECT 1 AS one")[1].one)
+      end)
+    end)
+  end)
+end)

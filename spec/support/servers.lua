@@ -1,0 +1,154 @@
+-- servers.lua — throwaway redis-server and PostgreSQL instances for specs.
+--
+--   local servers = require "servers"
+--   local r = servers.redis{ persist = true, password = "pw" }  -- raises with the reason on failure
+--   r.url, r.unix_url, r.port, r.dir           r:cli("GET", "k") -> reply text
+--   r:stop("term"|"kill")   r:start()   r:restart(mode)   r:running()   r:destroy()
+--   local p = servers.postgres()               -- one per spec file: start in setup, destroy in teardown
+--   p.url, p.unix_url, p.port, p.dir           p:psql(sql) -> output   p:create_database(name) -> url
+--   p:stop("fast"|"immediate")   p:start()   p:restart(mode)   p:running()   p:destroy()
+--
+-- The work is done by servers.sh next to this file; every instance is tied to
+-- the calling process and removed by a watchdog if the process dies without
+-- calling destroy(). These calls block the process: when one runs inside a
+-- moongraph task, the whole loop waits for it, which is what a spec wants when
+-- it bounces a server under running work.
+
+local io_popen, os_execute = io.popen, os.execute
+local format = string.format
+
+local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
+local script = here .. "/servers.sh"
+
+local _M = {}
+
+local function shell_quote(s)
+  return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+end
+
+-- Run servers.sh with args (plus raw shell text `extra`); return its stdout,
+-- or raise with what it printed on stderr.
+local function run(args, extra, what)
+  local parts = { shell_quote(script) }
+  for i = 1, #args do parts[#parts + 1] = shell_quote(args[i]) end
+  local errfile = os.tmpname()
+  local cmd = table.concat(parts, " ") .. (extra or "") .. " 2>" .. shell_quote(errfile)
+  local f = assert(io_popen(cmd, "r"))
+  local out = f:read("a")
+  local ok, _, code = f:close()
+  local ef = io.open(errfile, "r")
+  local err = ef and ef:read("a") or ""
+  if ef then ef:close() end
+  os.remove(errfile)
+  if not ok then
+    error(format("%s (servers.sh exit %s): %s", what or ("servers.sh " .. table.concat(args, " ")),
+      tostring(code), err ~= "" and err or "(no output)"), 3)
+  end
+  return out
+end
+
+local function parse(out)
+  local t = {}
+  for k, v in out:gmatch("([%w_]+)=([^\n]*)") do t[k] = v end
+  return t
+end
+
+local Server = {}
+Server.__index = Server
+
+local function new(kind, args)
+  -- $PPID inside popen's shell is this Lua process: the watchdog's owner.
+  local s = parse(run(args, ' --owner "$PPID"', "cannot start a throwaway " .. kind))
+  s.port = tonumber(s.port)
+  s.pid = tonumber(s.pid)
+  s.alive = true
+  return setmetatable(s, Server)
+end
+
+function _M.redis(opts)
+  opts = opts or {}
+  local args = { "redis", "start" }
+  if opts.persist then args[#args + 1] = "--persist" end
+  if opts.password then
+    args[#args + 1] = "--password"
+    args[#args + 1] = opts.password
+  end
+  return new("redis-server", args)
+end
+
+function _M.postgres()
+  return new("PostgreSQL", { "pg", "start" })
+end
+
+function Server:stop(mode)
+  assert(self.alive, "server destroyed")
+  run({ "stop", self.dir, mode })
+end
+
+function Server:start()
+  assert(self.alive, "server destroyed")
+  local t = parse(run({ "start", self.dir }))
+  if t.pid then self.pid = tonumber(t.pid) end
+end
+
+function Server:restart(mode)
+  self:stop(mode)
+  self:start()
+end
+
+function Server:running()
+  if not self.alive then return false end
+  local ok = os_execute(shell_quote(script) .. " status " .. shell_quote(self.dir))
+  return ok == true
+end
+
+function Server:destroy()
+  if not self.alive then return end
+  self.alive = false
+  run({ "destroy", self.dir })
+end
+
+-- redis-cli against this server; returns trimmed output (raw, --no-raw off).
+function Server:cli(...)
+  assert(self.kind == "redis", "cli() is for redis servers")
+  local parts = { "redis-cli", "-s", shell_quote(self.socket) }
+  if self.url:match("^redis://:") then
+    parts[#parts + 1] = "-a " .. shell_quote(self.url:match("^redis://:([^@]*)@")) .. " --no-auth-warning"
+  end
+  for i = 1, select("#", ...) do parts[#parts + 1] = shell_quote((select(i, ...))) end
+  local f = assert(io_popen(table.concat(parts, " ") .. " 2>&1", "r"))
+  local out = f:read("a")
+  f:close()
+  return (out:gsub("\n$", ""))
+end
+
+-- psql against this server (database `db`, default postgres); raises on
+-- error with psql's message, returns unaligned tuples-only output.
+function Server:psql(sql, db)
+  assert(self.kind == "pg", "psql() is for PostgreSQL servers")
+  local errfile = os.tmpname()
+  local cmd = format("psql -X -q -v ON_ERROR_STOP=1 -h %s -p %d -U postgres -d %s -At -c %s 2>%s",
+    shell_quote(self.socket_dir), self.port, shell_quote(db or "postgres"), shell_quote(sql),
+    shell_quote(errfile))
+  local f = assert(io_popen(cmd, "r"))
+  local out = f:read("a")
+  local ok = f:close()
+  local ef = io.open(errfile, "r")
+  local err = ef and ef:read("a") or ""
+  if ef then ef:close() end
+  os.remove(errfile)
+  if not ok then error("psql: " .. err, 2) end
+  return (out:gsub("\n$", ""))
+end
+
+-- A fresh database on this server; returns its URL. Specs sharing one
+-- server use one database each so they cannot see each other's tables.
+function Server:create_database(name)
+  assert(name:match("^[%a_][%w_]*$"), "database name must be an identifier")
+  self:psql("CREATE DATABASE " .. name)
+  return format("postgresql://postgres@127.0.0.1:%d/%s", self.port, name)
+end
+
+_M.script = script
+
+return _M
