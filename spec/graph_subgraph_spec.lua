@@ -5,6 +5,12 @@ local R = G.reducers
 
 local function run(fn) return mg.run(fn) end
 
+local function tmpdir()
+  local p = os.tmpname()
+  os.remove(p)
+  return p
+end
+
 -- the GCRI shape: a branch subgraph per strategy, fanned out with Send
 local function hypothesis_branch()
   local b = G.new { raw_hypotheses = R.append }
@@ -136,5 +142,50 @@ describe("subgraphs", function()
     end)
     assert.equal(1, inner_runs)   -- the subgraph resumed from its own checkpoint
   end)
+
+  -- A retried subgraph node resumes from the subgraph's own last checkpoint
+  -- (its finished inner nodes do not run again), whatever the durability.
+  for _, durability in ipairs { "sync", "async", "exit" } do
+    local function retried(second_node)
+      local runs = { first = 0, second = 0 }
+      local sub = G.new()
+      sub:add_node("first", function() runs.first = runs.first + 1; return { a = 1 } end)
+      sub:add_node("second", function(_, ctx)
+        runs.second = runs.second + 1
+        return second_node(runs.second, ctx)
+      end)
+      sub:add_edge(START, "first"):add_edge("first", "second")
+      local g = G.new { "a", "b" }
+      g:add_node("sub", sub:compile(), { timeout = 1.5,
+        retry = { max_attempts = 2, initial_interval = 0, jitter = false } })
+      g:add_edge(START, "sub")
+      local dir = tmpdir()
+      local app = g:compile { checkpointer = G.checkpoint.file(dir), durability = durability }
+      local out, err = run(function() return app:invoke({}, { thread_id = "retry" }) end)
+      os.execute("rm -rf " .. dir)
+      return out, err, runs
+    end
+
+    it("a retried subgraph node resumes from its inner checkpoint (durability " .. durability .. ")", function()
+      local out, err, runs = retried(function(n)
+        if n == 1 then error("flaky") end
+        return { b = 2 }
+      end)
+      assert.is_nil(err)
+      assert.same({ a = 1, b = 2 }, { a = out.a, b = out.b })
+      assert.same({ first = 1, second = 2 }, runs)
+    end)
+
+    it("a subgraph attempt cut by its timeout resumes from its inner checkpoint (durability " ..
+        durability .. ")", function()
+      local out, err, runs = retried(function(n)
+        if n == 1 then mg.sleep(30) end
+        return { b = 2 }
+      end)
+      assert.is_nil(err)
+      assert.equal(2, out.b)
+      assert.same({ first = 1, second = 2 }, runs)
+    end)
+  end
 
 end)

@@ -156,6 +156,13 @@ local function cp_cfg(R, id)
   return { thread_id = R.thread_id, checkpoint_ns = R.ns, checkpoint_id = id }
 end
 
+-- async: wait until the writer has issued and finished every queued write
+local function io_drain(io)
+  local reply = runtime().queue()
+  io.q:put { flush = reply }
+  reply:get()
+end
+
 -- Wait until every write of this run is issued and done -> true | nil, err
 local function io_flush(R)
   local io = R.io
@@ -175,9 +182,7 @@ local function io_flush(R)
       ex.writes = {}
     end
   elseif io.mode == "async" and io.q and R.root then
-    local reply = runtime().queue()
-    io.q:put { flush = reply }
-    reply:get()
+    io_drain(io)
   end
   if io.err then return nil, io.err end
   return true
@@ -1145,19 +1150,45 @@ Runs a compiled graph as the body of a node: its own namespace
 (parent_ns|node:task_id), the parent's checkpointer, stream and trace. What
 the subgraph changed in the keys the parent declares is written back through
 the parent's reducers. ]]
+--[[ Before a retry attempt of task t runs the subgraph of namespace ns
+again: every write the earlier attempts made there must be in the saver, so
+that the subgraph resumes from its last checkpoint under every durability
+(async: the writer's queue drained; exit: the buffer of an attempt cut short
+by its timeout saved). ]]
+local function settle(R, t, ns)
+  local io = R.io
+  if io.mode == "async" then
+    if io.q then io_drain(io) end
+  elseif io.mode == "exit" then
+    local left = t.sub_exit and t.sub_exit[ns]
+    if left then
+      t.sub_exit[ns] = nil
+      io_flush(left)
+    end
+  end
+  if io.err then error(io.err, 0) end
+end
+
 function _M.subgraph(R, spec, input, ctx)
   local t = ctx._t
   local sub = spec.sub
   local ns = (R.ns ~= "" and (R.ns .. "|") or "") .. ctx.node .. ":" .. ctx.task_id
   if R.cp_id then ns = ns .. "@" .. R.cp_id end
-  local SR = new_run(sub, R.cfg, R, ns)
-  if SR.io and SR.io.mode == "exit" then SR.exit = { writes = {} } end
   if type(input) ~= "table" then
     error("subgraph node '" .. ctx.node .. "' needs a table as input, got " .. type(input), 0)
+  end
+  if R.io and ctx.attempt > 1 then settle(R, t, ns) end
+  local SR = new_run(sub, R.cfg, R, ns)
+  if SR.exit then
+    -- kept until saved: a timeout may cancel this attempt before it ends
+    local pending = t.sub_exit
+    if not pending then pending = {}; t.sub_exit = pending end
+    pending[ns] = SR
   end
   local values, err = start(SR, input, R.cfg, t.resume_cmd)
   t.resume_cmd = nil
   local fok, ferr = io_flush(SR)
+  if SR.exit then t.sub_exit[ns] = nil end
   if values == nil then error(err, 0) end
   if not fok then error(ferr, 0) end
   if values.__interrupt__ then
