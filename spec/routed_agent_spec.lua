@@ -366,6 +366,30 @@ describe("routed agents: interrupts", function()
     assert.equal("picked 본죽 강남점", second.answer)
   end)
 
+  it("a compiled agent with two pending interrupts resumes with a map of their ids", function()
+    local b = G.new { answers = R.append }
+    b:add_node("store", function(_, ctx) return { answers = "store=" .. ctx.interrupt "which store?" } end)
+    b:add_node("period", function(_, ctx) return { answers = "period=" .. ctx.interrupt "which period?" } end)
+    b:add_edge(START, "store"):add_edge(START, "period")
+    local asker = b:compile { name = "asker" }
+    local node = mg.routed_agent { agents = { asker }, router = function() return "asker" end }
+    local g = G.new { answers = R.append }
+    g:add_node("agent", node)
+    g:add_edge(START, "agent")
+    local app = g:compile { checkpointer = mg.checkpoint.memory() }
+    local cfg = { thread_id = "t4" }
+    local first = run(function() return app:invoke({}, cfg) end)
+    assert.equal(2, #first.__interrupt__)
+    local map = {}
+    for _, it in ipairs(first.__interrupt__) do
+      assert.matches("^agent%.asker:", it.ns)
+      map[it.id] = it.value == "which store?" and "gangnam" or "march"
+    end
+    local second = run(function() return app:invoke(Command { resume = map }, cfg) end)
+    table.sort(second.answers)
+    assert.same({ "period=march", "store=gangnam" }, second.answers)
+  end)
+
   it("a failed compiled agent and its fallback keep separate checkpoint namespaces", function()
     local broken = G.new { answer = "last" }
     broken:add_node("x", function() error("down", 0) end)
