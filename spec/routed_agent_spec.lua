@@ -168,6 +168,22 @@ describe("routed agents: failover rules", function()
     assert.equal("routed agent 'desk': the router returned 'c', which is not one of its agents (a, b)", err)
   end)
 
+  it("a callable table works as the router", function()
+    local router = setmetatable({}, { __call = function() return "a" end })
+    local node = mg.routed_agent { agents = { a = function() return { answer = "A" } end }, router = router }
+    assert.same({ answer = "A" }, run(function() return node({}, {}) end))
+  end)
+
+  it("an agent that returns nil succeeds: the router is not called again", function()
+    local seen = {}
+    local node = mg.routed_agent { agents = { a = function() return nil end, b = answer({}, "b") },
+      router = walking_router(seen, { "a", "b" }) }
+    local out = run(function() return table.pack(node({}, {})) end)
+    assert.equal(1, out.n)
+    assert.is_nil(out[1])
+    assert.equal(1, #seen)
+  end)
+
   it("a router's own error propagates", function()
     local node = mg.routed_agent { agents = { a = function() end },
       router = function() error("classifier offline", 0) end }

@@ -40,14 +40,20 @@
 --   name, what           how error messages name the routing and its
 --                        candidates ("routed agent 'desk'", "agents")
 
-local type, pairs, ipairs, error, pcall, tostring, select =
-      type, pairs, ipairs, error, pcall, tostring, select
+local type, pairs, ipairs, error, pcall, tostring, select, getmetatable =
+      type, pairs, ipairs, error, pcall, tostring, select, getmetatable
 local table_sort, table_pack, table_unpack, table_concat =
       table.sort, table.pack, table.unpack, table.concat
 
 local control = require "moongraph.control"
 
 local _M = {}
+
+local function is_callable(v)
+  if type(v) == "function" then return true end
+  local mt = getmetatable(v)
+  return type(mt) == "table" and mt.__call ~= nil
+end
 
 -- Turn a list (keyed by each item's `name`) or a map into (map, ordered keys).
 function _M.normalize(candidates, what)
@@ -113,13 +119,13 @@ function _M.route(opts)
   if not map then map, order = _M.normalize(opts.candidates, opts.what) end
   local router = opts.router or _M.in_order(order)
   local call = opts.call
-  if type(router) ~= "function" then error("bad argument: router must be a function", 2) end
-  if type(call) ~= "function" then error("bad argument: call must be a function", 2) end
+  if not is_callable(router) then error("bad argument: router must be a function", 2) end
+  if not is_callable(call) then error("bad argument: call must be a function", 2) end
   local ok_flag = opts.ok_flag
   local pass = opts.pass_through
   if pass == true then
     pass = control.is_interrupt
-  elseif pass ~= nil and pass ~= false and type(pass) ~= "function" then
+  elseif pass ~= nil and pass ~= false and not is_callable(pass) then
     error("bad argument: pass_through must be true or a function", 2)
   end
 
