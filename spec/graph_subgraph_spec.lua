@@ -190,6 +190,66 @@ describe("subgraphs", function()
 
 end)
 
+describe("update_state in a subgraph's namespace", function()
+  local function review_graph(runs)
+    local sub = G.new { notes = R.append }
+    sub:add_node("draft", function() runs.draft = (runs.draft or 0) + 1; return { notes = "drafted" } end)
+    sub:add_node("review", function(_, ctx) return { verdict = ctx.interrupt "ok?" } end)
+    sub:add_node("publish", function(s) return { published = table.concat(s.notes, "+") } end)
+    sub:add_edge(START, "draft"):add_edge("draft", "review"):add_edge("review", "publish")
+    local g = G.new { published = "last" }
+    g:add_node("writer", sub:compile())
+    g:add_edge(START, "writer")
+    return g:compile { checkpointer = G.checkpoint.memory() }
+  end
+
+  it("writes through the subgraph's reducers and plans from the subgraph's nodes", function()
+    local runs = {}
+    local app = review_graph(runs)
+    run(function()
+      local cfg = { thread_id = "sub-update" }
+      local out = app:invoke({}, cfg)
+      local ns = out.__interrupt__[1].ns
+      assert.matches("^writer:", ns)
+      -- as if the subgraph's "review" node had written it: "publish" is next
+      local new_cfg = assert(app:update_state({ thread_id = "sub-update", checkpoint_ns = ns },
+        { notes = "edited", verdict = "yes" }, "review"))
+      assert.equal(ns, new_cfg.checkpoint_ns)
+      local st = app:get_state(new_cfg)
+      assert.same({ "drafted", "edited" }, st.values.notes)   -- append: the subgraph's reducer
+      assert.same({ "publish" }, st.next)
+      out = assert(app:invoke(nil, cfg))
+      assert.equal("drafted+edited", out.published)
+    end)
+    assert.equal(1, runs.draft)
+  end)
+
+  it("restarts a subgraph from its entry with mg.START", function()
+    local runs = {}
+    local app = review_graph(runs)
+    run(function()
+      local out = app:invoke({}, { thread_id = "sub-start" })
+      local cfg = { thread_id = "sub-start", checkpoint_ns = out.__interrupt__[1].ns }
+      assert(app:update_state(cfg, { notes = "again" }, START))
+      assert.same({ "draft" }, app:get_state(cfg).next)
+    end)
+  end)
+
+  it("names a namespace that is not a subgraph node's, and a node the subgraph lacks", function()
+    local app = review_graph({})
+    run(function()
+      local out = app:invoke({}, { thread_id = "sub-bad" })
+      local ns = out.__interrupt__[1].ns
+      local ok, err = pcall(app.update_state, app, { thread_id = "sub-bad", checkpoint_ns = "nope:1:nope" }, {})
+      assert.is_false(ok)
+      assert.matches("checkpoint_ns 'nope:1:nope' is not the namespace of a subgraph node of this graph", err, 1, true)
+      ok, err = pcall(app.update_state, app, { thread_id = "sub-bad", checkpoint_ns = ns }, {}, "writer")
+      assert.is_false(ok)
+      assert.matches("unknown node 'writer'", err, 1, true)
+    end)
+  end)
+end)
+
 describe("ctx.run_subgraph", function()
   local function inner_graph(runs)
     local sub = G.new { notes = R.append }
