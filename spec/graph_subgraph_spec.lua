@@ -143,6 +143,24 @@ describe("subgraphs", function()
     assert.equal(1, inner_runs)   -- the subgraph resumed from its own checkpoint
   end)
 
+  it("a plain fallback of a subgraph node gets its own resume value", function()
+    local sub = G.new()
+    sub:add_node("inner", function() error("inner down", 0) end)
+    sub:add_edge(START, "inner")
+    local g = G.new()
+    g:add_node("primary", sub:compile(), { policy = { fallback = "ask" } })
+    g:add_node("ask", function(_, ctx) return { answer = ctx.interrupt "manual answer?" } end)
+    g:add_edge(START, "primary")
+    local app = g:compile { checkpointer = G.checkpoint.memory() }
+    run(function()
+      local cfg = { thread_id = "fb" }
+      local out = app:invoke({}, cfg)
+      assert.equal("manual answer?", out.__interrupt__[1].value)
+      out = assert(app:invoke(Command { resume = "42" }, cfg))
+      assert.equal("42", out.answer)
+    end)
+  end)
+
   -- A retried subgraph node resumes from the subgraph's own last checkpoint
   -- (its finished inner nodes do not run again), whatever the durability.
   for _, durability in ipairs { "sync", "async", "exit" } do

@@ -924,16 +924,18 @@ local function assign_resume(R, plan, results, pending, resume)
     -- interrupts raised inside a subgraph the task ran (a subgraph node, or
     -- ctx.run_subgraph) resume that subgraph; the node's own ctx.interrupt
     -- calls get their value in t.resume
-    local own, inner, inner_ns = nil, nil, nil
-    local whole = R.nodes[t.node].sub ~= nil
+    local own, inner, inner_ns = nil, nil, {}
+    local sub_node = R.nodes[t.node].sub ~= nil
     for _, it in ipairs(o.list) do
-      if whole or (it.ns ~= nil and it.ns ~= R.ns) then
+      if it.ns ~= nil and it.ns ~= R.ns then
         inner = inner or {}
         inner[#inner + 1] = it.id
-        if not whole then
-          inner_ns = inner_ns or {}
-          inner_ns[#inner_ns + 1] = it.ns
-        end
+        if inner_ns then inner_ns[#inner_ns + 1] = it.ns end
+      elseif it.ns == nil and sub_node then
+        -- a record without its namespace: the subgraph node's one subgraph
+        inner = inner or {}
+        inner[#inner + 1] = it.id
+        inner_ns = nil
       else
         own = it.id
       end
