@@ -1181,8 +1181,9 @@ local function settle(R, t, ns)
   if io.err then error(io.err, 0) end
 end
 
--- Does a subgraph of namespace ns hold one of the pending interrupts (their
--- namespaces: nss; nil: the task runs a single subgraph, which holds them)?
+-- Does the subgraph of namespace ns hold one of the pending interrupts?
+-- nss: their namespaces (nil: records without one, from a subgraph node,
+-- whose one subgraph holds them)
 local function holds(nss, ns)
   if nss == nil then return true end
   local n = #ns
