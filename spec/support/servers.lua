@@ -29,7 +29,8 @@ end
 -- Run servers.sh with args (plus raw shell text `extra`); return its stdout,
 -- or raise with what it printed on stderr.
 local function run(args, extra, what)
-  local parts = { shell_quote(script) }
+  -- the servers and tools must not inherit a sanitizer preload (make asan)
+  local parts = { "env -u LD_PRELOAD", shell_quote(script) }
   for i = 1, #args do parts[#parts + 1] = shell_quote(args[i]) end
   local errfile = os.tmpname()
   local cmd = table.concat(parts, " ") .. (extra or "") .. " 2>" .. shell_quote(errfile)
@@ -98,7 +99,7 @@ end
 
 function Server:running()
   if not self.alive then return false end
-  local ok = os_execute(shell_quote(script) .. " status " .. shell_quote(self.dir))
+  local ok = os_execute("env -u LD_PRELOAD " .. shell_quote(script) .. " status " .. shell_quote(self.dir))
   return ok == true
 end
 
@@ -111,7 +112,7 @@ end
 -- redis-cli against this server; returns trimmed output (raw, --no-raw off).
 function Server:cli(...)
   assert(self.kind == "redis", "cli() is for redis servers")
-  local parts = { "redis-cli", "-s", shell_quote(self.socket) }
+  local parts = { "env -u LD_PRELOAD redis-cli", "-s", shell_quote(self.socket) }
   if self.url:match("^redis://:") then
     parts[#parts + 1] = "-a " .. shell_quote(self.url:match("^redis://:([^@]*)@")) .. " --no-auth-warning"
   end
@@ -127,7 +128,7 @@ end
 function Server:psql(sql, db)
   assert(self.kind == "pg", "psql() is for PostgreSQL servers")
   local errfile = os.tmpname()
-  local cmd = format("psql -X -q -v ON_ERROR_STOP=1 -h %s -p %d -U postgres -d %s -At -c %s 2>%s",
+  local cmd = format("env -u LD_PRELOAD psql -X -q -v ON_ERROR_STOP=1 -h %s -p %d -U postgres -d %s -At -c %s 2>%s",
     shell_quote(self.socket_dir), self.port, shell_quote(db or "postgres"), shell_quote(sql),
     shell_quote(errfile))
   local f = assert(io_popen(cmd, "r"))

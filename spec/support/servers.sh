@@ -22,6 +22,8 @@
 # Readiness is always polled with a bound (SERVERS_WAIT seconds, default 30);
 # nothing here sleeps to "let a server settle".
 set -eu
+# Servers and tools run without a sanitizer preload inherited from `make asan`.
+unset LD_PRELOAD
 
 PROG=$0
 WAIT=${SERVERS_WAIT:-30}
@@ -62,7 +64,7 @@ wait_gone() {
   deadline=$(( $(date +%s) + WAIT ))
   while kill -0 "$1" 2>/dev/null; do
     # a zombie child of ours counts as gone
-    case "$(ps -o stat= -p "$1" 2>/dev/null)" in Z*) return 0 ;; esac
+    case "$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null)" in Z) return 0 ;; esac
     [ "$(date +%s)" -lt "$deadline" ] || return 1
     sleep 0.05
   done
