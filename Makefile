@@ -75,8 +75,11 @@ bench-core: all
 deps:
 	@tools/install-deps
 
+# The main job: the Eco² chat pipeline on its embedded defaults (no LLM key,
+# no Redis, no Postgres).
+DEMO_MESSAGE ?= 종이 어떻게 버려? 그리고 수거함도 알려줘
 demo: deps all
-	./$(BIN) demo
+	./$(BIN) chat --location "서울특별시 강남구" "$(DEMO_MESSAGE)"
 
 # `luarocks make` calls this with LUADIR and LIBDIR of the rocks tree.
 LUADIR ?= /usr/local/share/lua/5.4

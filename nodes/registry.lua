@@ -7,9 +7,14 @@ local _M = {}
 _M.names = {
   "waste_rag", "character", "location", "bulk_waste", "recyclable_price",
   "collection_point", "web_search", "image_generation", "general", "weather",
+  "clarify",
 }
 
--- Intent -> node name (the router's INTENT_TO_NODE; weather is enrichment only).
+-- The pipeline's own nodes around them (scripts/eco/chat.lua), in order.
+_M.pipeline = { "intent", "aggregator", "answer", "feedback", "summarize" }
+
+-- Intent -> node name (the router's INTENT_TO_NODE; weather is enrichment
+-- only, clarify ends the fallback chain).
 _M.intent_to_node = {
   waste = "waste_rag", character = "character", location = "location",
   bulk_waste = "bulk_waste", recyclable_price = "recyclable_price",

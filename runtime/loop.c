@@ -66,6 +66,8 @@ static struct {
   mg_task *current;
   int io_waiting;           /* waiters that an outside event can wake */
   int running;              /* inside run_until */
+  int in_uv_run;            /* inside uv_run: a wake must end its turn */
+  int interrupted_rest;     /* Ctrl-C cancelled the tasks left after main */
   mg_task *interrupt_target;
   volatile sig_atomic_t interrupted;
   uv_async_t interrupt_async;
@@ -184,6 +186,9 @@ void mg_wake(mg_waiter *w) {
   t->waiter = NULL;
   t->woken = w;
   enqueue(t);
+  /* Woken from a libuv callback (say, a timer): without this, the same
+  ** loop turn would go on to block in epoll while the task is ready. */
+  if (S.in_uv_run) uv_stop(S.loop);
 }
 
 /* ------------------------------------------------------------ deadlines */
@@ -715,12 +720,26 @@ static int l_install_interrupt(lua_State *L) {
   return 0;
 }
 
+static void cancel_all(lua_State *L);
+
+/* Ctrl-C cancels the run's main task; once that has returned (a script
+** whose spawned tasks are still running), it cancels all of them. */
 static void handle_interrupt(lua_State *L) {
-  if (!S.interrupted) return;
+  if (!S.interrupted || S.current != NULL) return;
   S.interrupted = 0;
-  if (S.current == NULL && S.interrupt_target &&
-      S.interrupt_target->state != T_DONE)
+  if (S.interrupt_target && S.interrupt_target->state != T_DONE) {
     cancel_task(L, S.interrupt_target);
+  } else if (S.live) {
+    S.interrupted_rest = 1;
+    cancel_all(L);
+  }
+}
+
+/* One turn of the libuv loop; callbacks only mark tasks ready. */
+static void turn(uv_run_mode mode) {
+  S.in_uv_run = 1;
+  uv_run(S.loop, mode);
+  S.in_uv_run = 0;
 }
 
 /* Run until `until` is done (or, when NULL, until no task can make
@@ -739,11 +758,11 @@ static int run_until(lua_State *L, mg_task *until) {
     handle_interrupt(L);
     if (until && until->state == T_DONE) return 0;
     if (S.ready_head) {
-      uv_run(S.loop, UV_RUN_NOWAIT);
+      turn(UV_RUN_NOWAIT);
       continue;
     }
     if (S.io_waiting == 0) return until ? -1 : 0;
-    uv_run(S.loop, UV_RUN_ONCE);
+    turn(UV_RUN_ONCE);
   }
 }
 
@@ -771,6 +790,7 @@ static int run_impl(lua_State *L, int mode) {
   mg_task *prev_target = S.interrupt_target;
   S.interrupt_target = main;
   int rc = run_until(L, main);
+  S.interrupted_rest = 0;
   if (rc == 0 && mode == RUN_WAIT_ALL) run_until(L, NULL);
   S.interrupt_target = prev_target;
   if (mode != RUN_KEEP_REST) cancel_all(L);
@@ -779,6 +799,11 @@ static int run_impl(lua_State *L, int mode) {
   if (rc < 0) {
     return luaL_error(L, "mg.run: the main task is waiting for something "
                          "that can never happen (no pending I/O or timers)");
+  }
+  if (S.interrupted_rest) {
+    S.interrupted_rest = 0;
+    lua_pushliteral(L, "cancelled");
+    return lua_error(L);
   }
   int k = push_results(L, main, main_idx);
   if (main->result != RES_OK) return lua_error(L);

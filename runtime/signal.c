@@ -2,11 +2,13 @@
 ** signal.c — waiting for process signals in a task.
 **
 ** core.signal.wait(name) suspends the calling task until the process
-** receives that signal ("TERM", "HUP", "INT", "USR1", "USR2", "QUIT"), and
-** returns its name. Delivery goes through libuv's signal watcher, so the
-** handler itself never runs Lua. While a task waits for a signal, the
-** signal's default action (for TERM: exit) is replaced by the wake-up, and
-** the wait counts as pending I/O (it keeps `moongraph run` alive).
+** receives that signal ("TERM", "HUP", "INT", "USR1", "USR2", "QUIT") and
+** returns its name. The first wait for a signal installs a libuv watcher
+** that stays installed for the life of the process, so from then on the
+** signal never takes its default action (for TERM and HUP: exit), and one
+** that arrives while nobody waits is kept and returned by the next wait.
+** Every task waiting when the signal arrives is woken. The watcher keeps
+** the loop alive only while some task waits on it.
 */
 #include "mg.h"
 
@@ -14,56 +16,91 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-  mg_waiter w;
-  uv_signal_t handle;
-  int signum;
-} signal_op;
+typedef struct signal_op signal_op;
 
-static const struct { const char *name; int signum; } signals[] = {
-  {"TERM", SIGTERM}, {"HUP", SIGHUP}, {"INT", SIGINT},
-  {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"QUIT", SIGQUIT},
+typedef struct {
+  const char *name;
+  int signum;
+  int started;
+  int pending;              /* arrived while nobody waited */
+  uv_signal_t handle;
+  signal_op *waiters;
+} watch;
+
+struct signal_op {
+  mg_waiter w;
+  watch *watch;
+  signal_op *prev, *next;
 };
 
-static void signal_closed(uv_handle_t *h) { free(h->data); }
+static watch watches[] = {
+  {"TERM", SIGTERM, 0, 0, {0}, NULL}, {"HUP", SIGHUP, 0, 0, {0}, NULL},
+  {"INT", SIGINT, 0, 0, {0}, NULL},   {"USR1", SIGUSR1, 0, 0, {0}, NULL},
+  {"USR2", SIGUSR2, 0, 0, {0}, NULL}, {"QUIT", SIGQUIT, 0, 0, {0}, NULL},
+};
+
+static void unlink_op(signal_op *op) {
+  watch *wa = op->watch;
+  if (op->prev) op->prev->next = op->next;
+  else if (wa->waiters == op) wa->waiters = op->next;
+  if (op->next) op->next->prev = op->prev;
+  op->prev = op->next = NULL;
+  if (!wa->waiters) uv_unref((uv_handle_t *)&wa->handle);
+}
 
 static void signal_received(uv_signal_t *h, int signum) {
   (void)signum;
-  signal_op *op = (signal_op *)h->data;
-  uv_signal_stop(h);
-  mg_wake(&op->w);
+  watch *wa = (watch *)h->data;
+  if (!wa->waiters) { wa->pending++; return; }
+  while (wa->waiters) {
+    signal_op *op = wa->waiters;
+    unlink_op(op);
+    mg_wake(&op->w);
+  }
 }
 
 static void signal_cancel(mg_waiter *w) {
   signal_op *op = (signal_op *)w;
-  uv_signal_stop(&op->handle);
-  uv_close((uv_handle_t *)&op->handle, signal_closed);
+  if (op->watch->waiters == op || op->prev) unlink_op(op);
+  free(op);
 }
 
 static int signal_k(lua_State *L, int status, lua_KContext ctx) {
   (void)status;
   signal_op *op = (signal_op *)ctx;
-  for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++)
-    if (signals[i].signum == op->signum) lua_pushstring(L, signals[i].name);
-  uv_close((uv_handle_t *)&op->handle, signal_closed);
+  lua_pushstring(L, op->watch->name);
+  free(op);
   return 1;
 }
 
 static int l_wait(lua_State *L) {
   const char *name = luaL_checkstring(L, 1);
   if (strncmp(name, "SIG", 3) == 0) name += 3;
-  int signum = 0;
-  for (size_t i = 0; i < sizeof signals / sizeof signals[0]; i++)
-    if (strcmp(signals[i].name, name) == 0) signum = signals[i].signum;
-  if (!signum)
+  watch *wa = NULL;
+  for (size_t i = 0; i < sizeof watches / sizeof watches[0]; i++)
+    if (strcmp(watches[i].name, name) == 0) wa = &watches[i];
+  if (!wa)
     return luaL_argerror(L, 1, "unknown signal (TERM, HUP, INT, USR1, USR2, QUIT)");
   mg_check_yieldable(L, "signal.wait");
+  if (!wa->started) {
+    uv_signal_init(mg_loop(), &wa->handle);
+    wa->handle.data = wa;
+    uv_signal_start(&wa->handle, signal_received, wa->signum);
+    uv_unref((uv_handle_t *)&wa->handle);
+    wa->started = 1;
+  }
+  if (wa->pending > 0) {
+    wa->pending--;
+    lua_pushstring(L, wa->name);
+    return 1;
+  }
   signal_op *op = (signal_op *)calloc(1, sizeof *op);
   if (!op) return luaL_error(L, "out of memory");
-  op->signum = signum;
-  uv_signal_init(mg_loop(), &op->handle);
-  op->handle.data = op;
-  uv_signal_start(&op->handle, signal_received, signum);
+  op->watch = wa;
+  op->next = wa->waiters;
+  if (wa->waiters) wa->waiters->prev = op;
+  wa->waiters = op;
+  uv_ref((uv_handle_t *)&wa->handle);
   return mg_await(L, &op->w, signal_cancel, signal_k, (lua_KContext)op);
 }
 

@@ -100,6 +100,18 @@ describe("moongraph CLI", function()
     assert.matches("interrupted", r.err)
   end)
 
+  it("Ctrl-C after the main chunk returned stops the tasks it left running", function()
+    local r = cli.run({ "-e", [[
+      local mg = require "moongraph"
+      local pid = io.open("/proc/self/stat"):read("l"):match("^%d+")
+      mg.spawn(function() while true do mg.sleep(0.01) end end)
+      -- tasks run once the main chunk has returned
+      mg.spawn(function() io.popen("kill -INT " .. pid):close() end)
+    ]] })
+    assert.equal(130, r.code)
+    assert.matches("interrupted", r.err)
+  end)
+
   it("finds its Lua modules from any directory", function()
     local bin = cli.bin:sub(1, 1) == "/" and cli.bin or (os.getenv("PWD") .. "/" .. cli.bin)
     local h = io.popen("cd / && " .. cli.quote(bin) .. " -e 'print(require(\"moongraph\").now() > 0)' 2>&1")

@@ -116,3 +116,19 @@ describe("checkpoint json", function()
     assert.equal('{"n":null}', json.encode { n = json.null })
   end)
 end)
+
+insulate("messages reducer ids across processes", function()
+  it("gives fresh ids that do not repeat when the random seed does", function()
+    -- each load of the module stands for a new process with the same seed
+    local ids = {}
+    for i = 1, 2 do
+      package.loaded["moongraph.reducers"] = nil
+      local reducers = require "moongraph.reducers"
+      math.randomseed(42)
+      local out = reducers.messages({}, { role = "user", content = "hello" })
+      ids[i] = out[1].id
+    end
+    assert.is_string(ids[1])
+    assert.are_not.equal(ids[1], ids[2])
+  end)
+end)

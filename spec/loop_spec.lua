@@ -178,6 +178,19 @@ describe("scheduler", function()
     assert.matches("inner", r[2][2])
   end)
 
+  it("a task woken by a timer runs in that loop turn, not at the next deadline", function()
+    -- the parent's join deadline is the next timer after the child's sleep;
+    -- the child must finish long before it
+    local ok, elapsed = mg.run(function()
+      local t0 = mg.now()
+      local child = mg.spawn(function() mg.sleep(0.001); return "done" end)
+      local ok = child:join(20)
+      return ok, mg.now() - t0
+    end)
+    assert.is_true(ok)
+    assert.is_true(elapsed < 10, "child finished only at the join deadline")
+  end)
+
   it("mg.sleep waits at least the asked time on the monotonic clock", function()
     local elapsed = mg.run(function()
       local t0 = mg.now()

@@ -454,20 +454,34 @@ describe("moongraph.redis", function()
     it("commands in flight when the server dies fail; none hangs", function()
       run(function()
         local r = connect()
-        local tasks = {}
-        for i = 1, 8 do
-          tasks[i] = mg.spawn(function()
-            if i % 2 == 0 then return r:call("BLPOP", "nothing-" .. i, 0) end
-            return r:call("DEBUG", "SLEEP", 0.3)
-          end)
+        local blocked, busy = {}, {}
+        for i = 1, 4 do
+          blocked[i] = mg.spawn(function() return r:call("BLPOP", "nothing-" .. i, 0) end)
         end
+        -- wait (bounded) until Redis reports the four BLPOPs blocked
+        local n = 0
+        for _ = 1, 500 do
+          n = select(2, srv:cli("CLIENT", "LIST"):gsub("cmd=blpop", ""))
+          if n == 4 then break end
+          mg.sleep(0.01)
+        end
+        assert.equal(4, n)
+        for i = 1, 4 do busy[i] = mg.spawn(function() return r:call("DEBUG", "SLEEP", 0.5) end) end
         mg.sleep(0.05)
         srv:restart("kill")
-        for i = 1, 8 do
-          local ok, v, err = tasks[i]:join()
+        for i = 1, 4 do
+          local ok, v, err = blocked[i]:join()
           assert.is_true(ok)
           assert.is_nil(v)
           assert.matches("^redis: connection lost", err)
+        end
+        -- the shared connection's commands fail with the server, or (when a
+        -- task issued its command only after the loss was noticed) run on a
+        -- new connection; none is left hanging and none is sent twice
+        for i = 1, 4 do
+          local ok, v, err = busy[i]:join()
+          assert.is_true(ok)
+          if v == nil then assert.matches("^redis: ", err) else assert.equal("OK", v) end
         end
         assert.equal("PONG", r:call("PING"))
       end)

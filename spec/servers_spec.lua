@@ -107,6 +107,25 @@ describe("spec/support/servers", function()
     end
   end)
 
+  it("starts PostgreSQL with fsync on when asked to be durable, off by default", function()
+    local fast = servers.postgres()
+    local durable = servers.postgres { durable = true }
+    local a, b = fast:psql("SHOW fsync"), durable:psql("SHOW fsync")
+    fast:destroy()
+    durable:destroy()
+    assert.equal("off", a)
+    assert.equal("on", b)
+  end)
+
+  it("starts Redis with the append-only file policy asked for", function()
+    local r = servers.redis { appendfsync = "everysec" }
+    local got = r:cli("CONFIG", "GET", "appendfsync")
+    local aof = r:cli("CONFIG", "GET", "appendonly")
+    r:destroy()
+    assert.equal("appendfsync\neverysec", got)
+    assert.equal("appendonly\nyes", aof)
+  end)
+
   it("destroy removes the instance's directory", function()
     local r = servers.redis()
     local dir = r.dir

@@ -60,10 +60,11 @@ end
 
 -- Lower-cases ASCII, turns punctuation into spaces, collapses spacing.
 -- Invalid UTF-8 bytes are dropped.
-function _M.normalize(s)
-  if type(s) ~= "string" then
-    error("bad argument #1 to 'normalize': string expected, got " .. type(s), 2)
-  end
+-- Results are memoised (a node asks about the same question many times:
+-- one keyword at a time); the memo is emptied when it grows past 512 entries.
+local memo, memo_n = {}, 0
+
+local function normalize(s)
   s = _M.sanitize(s):lower()
   -- ASCII punctuation and the common full-width / CJK punctuation marks
   s = s:gsub("[%p]", " ")
@@ -72,6 +73,19 @@ function _M.normalize(s)
   end
   s = s:gsub("%s+", " "):gsub("^ ", ""):gsub(" $", "")
   return s
+end
+
+function _M.normalize(s)
+  if type(s) ~= "string" then
+    error("bad argument #1 to 'normalize': string expected, got " .. type(s), 2)
+  end
+  local r = memo[s]
+  if r then return r end
+  r = normalize(s)
+  if memo_n >= 512 then memo, memo_n = {}, 0 end
+  memo[s] = r
+  memo_n = memo_n + 1
+  return r
 end
 
 -- Removes all whitespace (spacing variants: "페트 병" == "페트병").
@@ -92,7 +106,21 @@ end
 -- The forms a token may stand for: itself and up to two stripped endings
 -- ("수거함에서는" -> "수거함에서는", "수거함"). Stripping can over-cut
 -- ("종이" -> "종"), so callers keep every variant and score the best one.
+-- The list is shared between callers (memoised like normalize): read it,
+-- do not change it.
+local vmemo, vmemo_n = {}, 0
+
 function _M.variants(tok)
+  local hit = vmemo[tok]
+  if hit then return hit end
+  local out = _M.variants_of(tok)
+  if vmemo_n >= 512 then vmemo, vmemo_n = {}, 0 end
+  vmemo[tok] = out
+  vmemo_n = vmemo_n + 1
+  return out
+end
+
+function _M.variants_of(tok)
   local out, seen = {}, {}
   local function add(v) if not seen[v] then seen[v] = true; out[#out + 1] = v end end
   add(tok)

@@ -37,7 +37,7 @@ function _M.explain(message, opts)
   opts = opts or {}
   local res, err = intent.classify(message, {
     prev_intent = opts.prev_intent, user_location = opts.location,
-    llm = opts.llm, cache = opts.cache, model = opts.model,
+    llm = opts.llm, llm_timeout = opts.llm_timeout, cache = opts.cache, model = opts.model,
   })
   if not res then return nil, err end
   local route = opts.route or router.new(opts.router or {})

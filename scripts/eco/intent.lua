@@ -6,6 +6,8 @@
 --   opts.llm            an LLM client (llm:chat{messages, json_schema}); without
 --                       one, or when the call fails, the offline classifier
 --                       decides and explain.fallback_reason says why
+--   opts.llm_timeout    seconds the LLM call may take (default _M.llm_timeout,
+--                       MOONGRAPH_INTENT_LLM_TIMEOUT or 10)
 --   opts.cache          an intent cache (new_cache(), any object with get/set,
 --                       or a plain table), false for none; the module's
 --                       shared LRU by default. Only LLM answers are cached.
@@ -537,6 +539,10 @@ local function json_schema()
 end
 _M.json_schema = json_schema
 
+-- Seconds one intent LLM call may take before the offline classifier
+-- decides instead (classification sits in front of every answer).
+_M.llm_timeout = tonumber(os.getenv("MOONGRAPH_INTENT_LLM_TIMEOUT") or "") or 10
+
 -- Ask the LLM. Returns the decision or nil, reason.
 local function ask_llm(message, opts)
   local template, err = read_file(_M.prompt_path())
@@ -553,6 +559,7 @@ local function ask_llm(message, opts)
       { role = "user", content = message },
     },
     json_schema = json_schema(),
+    timeout = opts.llm_timeout or _M.llm_timeout,
   }
   local llm = opts.llm
   local ok, res, cerr = pcall(llm.chat, llm, req)
@@ -626,7 +633,7 @@ function _M.classify(message, opts)
     error("bad argument #2 to 'classify': unknown prev_intent '" .. tostring(prev) .. "'", 2)
   end
   local o = { prev_intent = prev, user_location = opts.user_location, llm = opts.llm,
-              model = opts.model }
+              llm_timeout = opts.llm_timeout, model = opts.model }
   local mi = rules("multi_intent")
 
   local decision, source, fallback_reason, cache_state

@@ -2,9 +2,11 @@
 --
 --   local servers = require "servers"
 --   local r = servers.redis{ persist = true, password = "pw" }  -- raises with the reason on failure
+--     persist = true: AOF, appendfsync always; appendfsync = "everysec": AOF with that policy
 --   r.url, r.unix_url, r.port, r.dir           r:cli("GET", "k") -> reply text
 --   r:stop("term"|"kill")   r:start()   r:restart(mode)   r:running()   r:destroy()
 --   local p = servers.postgres()               -- one per spec file: start in setup, destroy in teardown
+--     servers.postgres{ durable = true }: keep fsync on (benchmarks); the default turns it off
 --   p.url, p.unix_url, p.port, p.dir           p:psql(sql) -> output   p:create_database(name) -> url
 --   p:stop("fast"|"immediate")   p:start()   p:restart(mode)   p:running()   p:destroy()
 --
@@ -70,6 +72,10 @@ function _M.redis(opts)
   opts = opts or {}
   local args = { "redis", "start" }
   if opts.persist then args[#args + 1] = "--persist" end
+  if opts.appendfsync then
+    args[#args + 1] = "--appendfsync"
+    args[#args + 1] = opts.appendfsync
+  end
   if opts.password then
     args[#args + 1] = "--password"
     args[#args + 1] = opts.password
@@ -77,8 +83,10 @@ function _M.redis(opts)
   return new("redis-server", args)
 end
 
-function _M.postgres()
-  return new("PostgreSQL", { "pg", "start" })
+function _M.postgres(opts)
+  local args = { "pg", "start" }
+  if opts and opts.durable then args[#args + 1] = "--durable" end
+  return new("PostgreSQL", args)
 end
 
 function Server:stop(mode)

@@ -9,8 +9,12 @@
 # instance started with `--owner PID` is destroyed by a watchdog once that
 # process is gone, so an aborted test run leaves nothing behind.
 #
-#   servers.sh redis start [--persist] [--password PW] [--owner PID]
-#   servers.sh pg start [--owner PID]
+#   servers.sh redis start [--persist | --appendfsync MODE] [--password PW] [--owner PID]
+#       --persist: appendonly with appendfsync always (nothing acknowledged is
+#       lost, even to kill -9); --appendfsync everysec|no: appendonly, that policy
+#   servers.sh pg start [--durable] [--owner PID]
+#       without --durable: fsync and full_page_writes off (fast; survives a
+#       server crash or restart, not a machine crash)
 #       print `key=value` lines (dir, port, url, unix_url, ...) on success;
 #       on failure print the reason and the log tail on stderr, exit 1.
 #   servers.sh stop DIR [MODE]    redis: term | kill   pg: fast | immediate
@@ -116,7 +120,10 @@ redis_start_new() {
   persist=no password="" owner=""
   while [ $# -gt 0 ]; do
     case $1 in
-      --persist) persist=yes ;;
+      --persist) persist=always ;;
+      --appendfsync)
+        case ${2:-} in always|everysec|no) persist=$2 ;; *) die "redis start: --appendfsync always|everysec|no" ;; esac
+        shift ;;
       --password) password=$2; shift ;;
       --owner) owner=$2; shift ;;
       *) die "redis start: unknown option $1" ;;
@@ -139,9 +146,9 @@ redis_start_new() {
       echo "enable-debug-command local"
       echo 'logfile ""'
       echo 'save ""'
-      if [ $persist = yes ]; then
+      if [ $persist != no ]; then
         echo "appendonly yes"
-        echo "appendfsync always"
+        echo "appendfsync $persist"
       else
         echo "appendonly no"
       fi
@@ -252,16 +259,18 @@ pg_template() {
 }
 
 pg_write_conf() {
-  dir=$1 port=$2
+  dir=$1 port=$2 durable=$3
+  fast="fsync = off
+full_page_writes = off"
+  [ "$durable" = yes ] && fast=""
   # postgresql.auto.conf is read last, so these win over the template's file.
   pg_as sh -c "cat >'$dir/data/postgresql.auto.conf'" <<EOF
 listen_addresses = '127.0.0.1'
 port = $port
 unix_socket_directories = '$dir'
 max_connections = 200
-fsync = off
-full_page_writes = off
 logging_collector = off
+$fast
 EOF
 }
 
@@ -279,10 +288,11 @@ pg_launch() {
 }
 
 pg_start_new() {
-  owner=""
+  owner="" durable=no
   while [ $# -gt 0 ]; do
     case $1 in
       --owner) owner=$2; shift ;;
+      --durable) durable=yes ;;
       *) die "pg start: unknown option $1" ;;
     esac
     shift
@@ -297,7 +307,7 @@ pg_start_new() {
   attempt=0
   while :; do
     port=$(free_port)
-    pg_write_conf "$dir" "$port"
+    pg_write_conf "$dir" "$port" "$durable"
     {
       echo "KIND=pg"
       echo "PORT=$port"

@@ -17,7 +17,6 @@ usage: moongraph COMMAND [ARGS...]
   run FILE [ARGS...]   run a Lua script (global `arg` as in lua)
   -e CODE              run a Lua chunk
   repl [FILE]          interactive prompt (runs FILE first when given)
-  demo                 run the main job on its embedded defaults
   --version            print the version
   help                 this text
 ]]
@@ -37,6 +36,9 @@ end
 _M.commands = {
   route = "explain the Eco² routing decision for a message",
   eval = "score the Eco² router on a labelled .jsonl file",
+  chat = "ask the Eco² chat pipeline (streams the answer; --thread continues a conversation)",
+  worker = "run jobs from the Redis stream moongraph:jobs (results in Postgres)",
+  submit = "enqueue a job for the workers; --follow prints its events as they arrive",
   gcri = "run the GCRI multi-branch workflow on a task",
   marketing = "one turn of the store-marketing pipeline",
 }

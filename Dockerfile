@@ -1,0 +1,58 @@
+# The moongraph worker container: `moongraph worker` with the application
+# (scripts/, nodes/, prompts/, data/) in /app.
+#
+#   docker build -t moongraph-worker .
+#   docker run -e MOONGRAPH_REDIS_URL=redis://redis:6379/0 \
+#              -e MOONGRAPH_PG_URL=postgresql://moongraph@postgres/moongraph moongraph-worker
+#
+# Build stage: the packages of tools/debian-packages.txt (what `make deps`
+# installs) except the ones only the test suite uses, then `make` as in the
+# README. spec/worker_deploy_spec.lua checks that the lists stay in step.
+#
+#   test-only (not installed here): lua-busted redis-server postgresql libssl-dev
+#   (libssl-dev builds the specs' HTTPS test server, which the image does not need)
+
+FROM debian:12-slim AS build
+ENV DEBIAN_FRONTEND=noninteractive
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+      build-essential pkg-config ca-certificates openssl lua5.4 liblua5.4-dev lua-cjson \
+      libuv1-dev libcurl4-openssl-dev libhiredis-dev libpq-dev libedit-dev \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY Makefile ./
+COPY tools/ tools/
+COPY runtime/ runtime/
+RUN make
+
+# Runtime stage: the shared libraries the binary links (readelf -d) and the
+# Lua C module it loads, each from a package of tools/debian-packages.txt:
+#
+#   liblua5.4-0     <- liblua5.4-dev
+#   libuv1          <- libuv1-dev
+#   libcurl4        <- libcurl4-openssl-dev
+#   libhiredis0.14  <- libhiredis-dev
+#   libpq5          <- libpq-dev
+#   libedit2        <- libedit-dev
+#   lua-cjson       <- lua-cjson
+#   ca-certificates <- ca-certificates
+
+FROM debian:12-slim
+ENV DEBIAN_FRONTEND=noninteractive
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+      liblua5.4-0 libuv1 libcurl4 libhiredis0.14 libpq5 libedit2 lua-cjson ca-certificates \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --system --home-dir /app --shell /usr/sbin/nologin moongraph
+COPY --from=build /src/moongraph /usr/local/bin/moongraph
+WORKDIR /app
+COPY scripts/ scripts/
+COPY nodes/ nodes/
+COPY prompts/ prompts/
+COPY data/ data/
+USER moongraph
+# SIGTERM drains: running jobs get --grace seconds (25 by default), so give
+# the container at least that before it is killed.
+STOPSIGNAL SIGTERM
+ENTRYPOINT ["/usr/local/bin/moongraph"]
+CMD ["worker", "--script", "chat=scripts/eco/chat.lua", "--concurrency", "32"]

@@ -1,0 +1,484 @@
+--[[
+moongraph.checkpoint.postgres — the durable checkpoint saver on PostgreSQL.
+
+  mg.checkpoint.postgres("postgresql://user@host/db", { pool_size = 4 })
+  mg.checkpoint.postgres(db_or_pool)      -- a moongraph.pg connection or pool
+
+Tables (created by versioned migrations, see `migrations` below):
+
+  moongraph_migrations          version, name, applied_at
+  moongraph_checkpoints         one row per checkpoint: the checkpoint without
+                                its state values, metadata, parent, and
+                                channel_versions (state key -> blob version)
+  moongraph_checkpoint_blobs    one row per (thread, namespace, state key,
+                                version): the value as JSON
+  moongraph_checkpoint_writes   pending writes, one row per task
+
+A state value is written only when it changed: the saver remembers the JSON
+of every key it last wrote or read for a thread (and namespace), and an
+unchanged key points at the blob version already stored, so a large value
+that stays the same is stored once however many steps follow. A blob's
+version is the id of the checkpoint that first held the value. A checkpoint and its new blobs go in
+one statement, so they are saved together or not at all.
+
+Migrations run once per saver, on first use, inside one transaction holding
+a PostgreSQL advisory lock: any number of workers may start at once against
+an empty database and exactly one of them creates the schema.
+
+Implements the saver interface of docs/checkpoints.md: put, put_writes, get,
+list, delete_thread; runtime failures return nil, err.
+]]
+
+local type, error, tostring, setmetatable, ipairs, pairs, next =
+  type, error, tostring, setmetatable, ipairs, pairs, next
+local format = string.format
+local sort, concat, remove = table.sort, table.concat, table.remove
+
+local json = require "moongraph.checkpoint.json"
+local common = require "moongraph.checkpoint.common"
+local SQLNULL = require("moongraph.pg").null
+
+local _M = {}
+local saver = {}
+local mt = { __index = saver, __name = "moongraph.checkpoint.postgres" }
+
+-- "moongrap" as a big-endian int8: the advisory lock key of the migrations
+local LOCK_KEY = string.unpack(">i8", "moongrap")
+
+_M.migrations = {
+  {
+    version = 1,
+    name = "checkpoints, channel blobs and pending writes",
+    sql = [[
+      CREATE TABLE moongraph_checkpoints (
+        thread_id        text COLLATE "C" NOT NULL,
+        checkpoint_ns    text COLLATE "C" NOT NULL,
+        checkpoint_id    text COLLATE "C" NOT NULL,
+        parent_id        text COLLATE "C",
+        checkpoint       json NOT NULL,
+        channel_versions json NOT NULL,
+        metadata         json NOT NULL,
+        created_at       timestamptz NOT NULL DEFAULT now(),
+        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
+      );
+      CREATE TABLE moongraph_checkpoint_blobs (
+        thread_id     text COLLATE "C" NOT NULL,
+        checkpoint_ns text COLLATE "C" NOT NULL,
+        channel       text COLLATE "C" NOT NULL,
+        version       text COLLATE "C" NOT NULL,
+        value         json NOT NULL,
+        PRIMARY KEY (thread_id, checkpoint_ns, channel, version)
+      );
+      CREATE TABLE moongraph_checkpoint_writes (
+        thread_id     text COLLATE "C" NOT NULL,
+        checkpoint_ns text COLLATE "C" NOT NULL,
+        checkpoint_id text COLLATE "C" NOT NULL,
+        task_id       text COLLATE "C" NOT NULL,
+        writes        json NOT NULL,
+        PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id)
+      );
+    ]],
+  },
+  {
+    version = 2,
+    name = "index checkpoints by creation time",
+    sql = [[CREATE INDEX moongraph_checkpoints_created ON moongraph_checkpoints (created_at);]],
+  },
+}
+
+--[[ migrate(db [, migrations]) -> number applied | nil, err
+Applies the migrations `db` (a moongraph.pg connection or pool) does not
+have yet, in version order, in one transaction under an advisory lock. ]]
+function _M.migrate(db, migrations)
+  migrations = migrations or _M.migrations
+  local list = {}
+  for i, m in ipairs(migrations) do list[i] = m end
+  sort(list, function(a, b) return a.version < b.version end)
+  return db:transaction(function(tx)
+    local function must(ok, err)
+      if not ok then error(err, 0) end
+      return ok
+    end
+    must(tx:query("SELECT pg_advisory_xact_lock($1)", { LOCK_KEY }))
+    must(tx:exec([[CREATE TABLE IF NOT EXISTS moongraph_migrations (
+      version    integer PRIMARY KEY,
+      name       text NOT NULL,
+      applied_at timestamptz NOT NULL DEFAULT now())]]))
+    local done = {}
+    for _, r in ipairs(must(tx:query("SELECT version FROM moongraph_migrations"))) do
+      done[r.version] = true
+    end
+    local applied = 0
+    for _, m in ipairs(list) do
+      if not done[m.version] then
+        local ok, err = tx:exec(m.sql)
+        if not ok then error(format("migration %d (%s) failed: %s", m.version, m.name, err), 0) end
+        must(tx:query("INSERT INTO moongraph_migrations (version, name) VALUES ($1, $2)",
+          { m.version, m.name }))
+        applied = applied + 1
+      end
+    end
+    return applied
+  end)
+end
+
+function _M.new(target, opts)
+  if opts ~= nil and type(opts) ~= "table" then
+    error("bad argument #2 to 'postgres': options table expected, got " .. type(opts), 2)
+  end
+  opts = opts or {}
+  for k, v in pairs(opts) do
+    if k ~= "pool_size" and k ~= "cache_threads" then
+      error("bad argument #2 to 'postgres': unknown option '" .. tostring(k) .. "'", 2)
+    end
+    if math.type(v) ~= "integer" or v < 1 then
+      error("bad argument #2 to 'postgres': " .. k .. " must be a positive integer", 2)
+    end
+  end
+  local db
+  if type(target) == "string" then
+    db = require("moongraph.pg").pool(target, { size = opts.pool_size or 4 })
+  elseif type(target) == "table" and type(target.query) == "function"
+      and type(target.transaction) == "function" then
+    db = target
+  else
+    error("bad argument #1 to 'postgres': PostgreSQL URL, connection or pool expected, got " .. type(target), 2)
+  end
+  return setmetatable({
+    db = db,
+    ready = false,
+    cache = {},          -- thread\0ns -> { channel -> { text =, version = } }
+    cache_order = {},
+    cache_threads = opts.cache_threads or 64,
+    -- the engine may keep this many writes in flight
+    concurrent_writes = opts.pool_size or 4,
+  }, mt)
+end
+
+-- Run the migrations once; callers arriving meanwhile wait for that run
+-- (and try again themselves if it failed or was cancelled).
+local function ready(self)
+  while not self.ready do
+    local q = self.migrating
+    if not q then break end
+    q:get()                                   -- returns when the queue closes
+  end
+  if self.ready then return true end
+  local q = require("moongraph").queue()
+  self.migrating = q
+  local guard <close> = setmetatable({}, { __close = function()
+    self.migrating = nil
+    q:close()
+  end })
+  local n, err = _M.migrate(self.db)
+  if not n then return nil, "checkpoint schema: " .. tostring(err) end
+  self.ready = true
+  return true
+end
+
+---------------------------------------------------------------- the value cache
+
+local function cache_key(thread_id, ns) return thread_id .. "\0" .. ns end
+
+local function cache_get(self, key)
+  return self.cache[key]
+end
+
+local function cache_set(self, key, t)
+  if not self.cache[key] then
+    local order = self.cache_order
+    order[#order + 1] = key
+    if #order > self.cache_threads then
+      self.cache[remove(order, 1)] = nil
+    end
+  end
+  self.cache[key] = t
+end
+
+local function cache_drop_thread(self, thread_id)
+  local prefix = thread_id .. "\0"
+  local order = self.cache_order
+  for i = #order, 1, -1 do
+    if order[i]:sub(1, #prefix) == prefix then
+      self.cache[order[i]] = nil
+      remove(order, i)
+    end
+  end
+end
+
+---------------------------------------------------------------- saving
+
+local PUT_SQL = [[
+WITH blobs AS (
+  INSERT INTO moongraph_checkpoint_blobs (thread_id, checkpoint_ns, channel, version, value)
+  SELECT $1, $2, x.c, x.v, x.b FROM json_to_recordset($3::json) AS x(c text, v text, b json)
+  ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE SET value = EXCLUDED.value
+)
+INSERT INTO moongraph_checkpoints
+  (thread_id, checkpoint_ns, checkpoint_id, parent_id, checkpoint, channel_versions, metadata)
+VALUES ($1, $2, $4, $5, $6::json, $7::json, $8::json)
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
+  parent_id = EXCLUDED.parent_id, checkpoint = EXCLUDED.checkpoint,
+  channel_versions = EXCLUDED.channel_versions, metadata = EXCLUDED.metadata]]
+
+function saver:put(cfg, checkpoint, metadata)
+  common.check_cfg(cfg, "put")
+  if type(checkpoint) ~= "table" or type(checkpoint.id) ~= "string" then
+    error("bad argument #2 to 'put': checkpoint with a string id expected", 2)
+  end
+  local ok, err = ready(self)
+  if not ok then return nil, err end
+  local ns = cfg.checkpoint_ns or ""
+  local id = checkpoint.id
+  local body = {}
+  for k, v in pairs(checkpoint) do
+    if k ~= "values" then body[k] = v end
+  end
+  local values = checkpoint.values or {}
+  local key = cache_key(cfg.thread_id, ns)
+  local known = cache_get(self, key) or {}
+  local now, versions, blobs = {}, {}, {}
+  for channel, value in pairs(values) do
+    if type(channel) ~= "string" then
+      return nil, "checkpoint.values has a non-string key " .. tostring(channel)
+    end
+    local text, eerr = json.encode(value, { name = "checkpoint.values." .. channel })
+    if not text then return nil, eerr end
+    local k = known[channel]
+    if not (k and k.text == text) then
+      k = { text = text, version = id }
+    end
+    now[channel] = k
+    versions[channel] = k.version
+    -- A value is left out only when a finished put stored it. One still in
+    -- flight (async durability keeps several) may yet fail, so it is sent
+    -- again under the same version: the same row, the same content.
+    if not k.stored then
+      blobs[#blobs + 1] = '{"c":' .. json.encode(channel) .. ',"v":' .. json.encode(k.version) ..
+        ',"b":' .. text .. "}"
+    end
+  end
+  local bodyj, mdj, verj
+  bodyj, err = json.encode(body, { name = "checkpoint" })
+  if not bodyj then return nil, err end
+  mdj, err = json.encode(metadata or {}, { name = "metadata" })
+  if not mdj then return nil, err end
+  verj = next(versions) and json.encode(versions) or "{}"
+  cache_set(self, key, now)
+  ok, err = self.db:query(PUT_SQL, {
+    cfg.thread_id, ns, "[" .. concat(blobs, ",") .. "]", id, cfg.checkpoint_id,
+    bodyj, verj, mdj, n = 8,
+  })
+  if not ok then return nil, err end
+  for _, k in pairs(now) do k.stored = true end
+  return { thread_id = cfg.thread_id, checkpoint_ns = ns, checkpoint_id = id }
+end
+
+local WRITES_SQL = [[
+INSERT INTO moongraph_checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, writes)
+VALUES ($1, $2, $3, $4, $5::json)
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id) DO UPDATE SET writes = EXCLUDED.writes]]
+
+function saver:put_writes(cfg, task_id, writes)
+  common.check_cfg(cfg, "put_writes")
+  if type(cfg.checkpoint_id) ~= "string" then
+    error("bad argument #1 to 'put_writes': config.checkpoint_id expected", 2)
+  end
+  if type(task_id) ~= "string" then
+    error("bad argument #2 to 'put_writes': task id (string) expected, got " .. type(task_id), 2)
+  end
+  if type(writes) ~= "table" then
+    error("bad argument #3 to 'put_writes': list of {channel, value} expected, got " .. type(writes), 2)
+  end
+  local ok, err = ready(self)
+  if not ok then return nil, err end
+  local text
+  text, err = json.encode(writes, { name = "writes of task " .. task_id })
+  if not text then return nil, err end
+  ok, err = self.db:query(WRITES_SQL, {
+    cfg.thread_id, cfg.checkpoint_ns or "", cfg.checkpoint_id, task_id, text,
+  })
+  if not ok then return nil, err end
+  return true
+end
+
+---------------------------------------------------------------- reading
+
+local SELECT_SQL = [[
+SELECT c.checkpoint_id, c.parent_id, c.checkpoint::text AS cp, c.channel_versions::text AS cv,
+  c.metadata::text AS md,
+  (SELECT json_agg(json_build_array(w.task_id, w.writes))::text
+     FROM moongraph_checkpoint_writes w
+    WHERE w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns
+      AND w.checkpoint_id = c.checkpoint_id) AS writes
+FROM moongraph_checkpoints c
+WHERE c.thread_id = $1 AND c.checkpoint_ns = $2 %s
+ORDER BY c.checkpoint_id DESC
+%s]]
+
+local BLOBS_SQL = [[
+SELECT b.channel, b.version, b.value::text AS value
+FROM moongraph_checkpoint_blobs b
+JOIN json_to_recordset($3::json) AS x(c text, v text) ON b.channel = x.c AND b.version = x.v
+WHERE b.thread_id = $1 AND b.checkpoint_ns = $2]]
+
+local function decode(text, what)
+  local v, err = json.decode(text)
+  if v == nil then return nil, what .. " is corrupt: " .. tostring(err) end
+  return v
+end
+
+-- rows of SELECT_SQL -> list of tuples | nil, err. `seed` fills the value
+-- cache with what the first (latest) row holds.
+local function tuples(self, cfg, ns, rows, seed)
+  local out, wanted, pairs_list = {}, {}, {}
+  for _, r in ipairs(rows) do
+    local cv, err = decode(r.cv, "channel versions of checkpoint " .. r.checkpoint_id)
+    if cv == nil then return nil, err end
+    r.versions = cv
+    for ch, v in pairs(cv) do
+      local k = ch .. "\0" .. v
+      if not wanted[k] then
+        wanted[k] = true
+        pairs_list[#pairs_list + 1] = '{"c":' .. json.encode(ch) .. ',"v":' .. json.encode(v) .. "}"
+      end
+    end
+  end
+  local blobs = {}
+  if #pairs_list > 0 then
+    local brows, err = self.db:query(BLOBS_SQL, { cfg.thread_id, ns, "[" .. concat(pairs_list, ",") .. "]" })
+    if not brows then return nil, err end
+    for _, b in ipairs(brows) do blobs[b.channel .. "\0" .. b.version] = b.value end
+  end
+  for i, r in ipairs(rows) do
+    local id = r.checkpoint_id
+    local checkpoint, err = decode(r.cp, "checkpoint " .. id)
+    if checkpoint == nil then return nil, err end
+    local values, seeded = {}, {}
+    for ch, v in pairs(r.versions) do
+      local text = blobs[ch .. "\0" .. v]
+      if not text then
+        return nil, format("checkpoint %s of thread %s refers to a missing value of '%s' (version %s)",
+          id, cfg.thread_id, ch, v)
+      end
+      local val
+      val, err = decode(text, format("value of '%s' in checkpoint %s", ch, id))
+      if val == nil then return nil, err end
+      values[ch] = val
+      seeded[ch] = { text = text, version = v, stored = true }
+    end
+    checkpoint.values = values
+    if i == 1 and seed then cache_set(self, cache_key(cfg.thread_id, ns), seeded) end
+    local metadata = decode(r.md, "metadata of checkpoint " .. id) or {}
+    local pending = {}
+    if r.writes ~= SQLNULL then
+      local groups
+      groups, err = decode(r.writes, "pending writes of checkpoint " .. id)
+      if groups == nil then return nil, err end
+      sort(groups, function(a, b) return a[1] < b[1] end)
+      for _, g in ipairs(groups) do
+        for _, pair in ipairs(g[2]) do pending[#pending + 1] = { g[1], pair[1], pair[2] } end
+      end
+    end
+    local parent = r.parent_id ~= SQLNULL and r.parent_id or nil
+    out[#out + 1] = {
+      config = { thread_id = cfg.thread_id, checkpoint_ns = ns, checkpoint_id = id },
+      checkpoint = checkpoint,
+      metadata = metadata,
+      parent_config = parent and { thread_id = cfg.thread_id, checkpoint_ns = ns, checkpoint_id = parent } or nil,
+      pending_writes = pending,
+    }
+  end
+  return out
+end
+
+function saver:get(cfg)
+  common.check_cfg(cfg, "get")
+  local ok, err = ready(self)
+  if not ok then return nil, err end
+  local ns = cfg.checkpoint_ns or ""
+  local rows
+  if cfg.checkpoint_id then
+    rows, err = self.db:query(format(SELECT_SQL, "AND c.checkpoint_id = $3", ""),
+      { cfg.thread_id, ns, cfg.checkpoint_id })
+  else
+    rows, err = self.db:query(format(SELECT_SQL, "", "LIMIT 1"), { cfg.thread_id, ns })
+  end
+  if not rows then return nil, err end
+  if #rows == 0 then return nil end
+  local list
+  list, err = tuples(self, cfg, ns, rows, cfg.checkpoint_id == nil)
+  if not list then return nil, err end
+  return list[1]
+end
+
+function saver:list(cfg, opts)
+  common.check_cfg(cfg, "list")
+  local limit, before = common.list_opts(opts)
+  local ok, err = ready(self)
+  if not ok then return nil, err end
+  local ns = cfg.checkpoint_ns or ""
+  local params = { cfg.thread_id, ns }
+  local where, lim = "", ""
+  if before then
+    params[3] = before
+    where = "AND c.checkpoint_id < $3"
+  end
+  if limit then
+    params[#params + 1] = math.floor(limit)
+    lim = "LIMIT $" .. #params
+  end
+  local rows
+  rows, err = self.db:query(format(SELECT_SQL, where, lim), params)
+  if not rows then return nil, err end
+  return tuples(self, cfg, ns, rows, false)
+end
+
+--[[ head(cfg) -> { checkpoint_id =, tasks = {sorted task ids with writes} } | nil
+The latest (or the given) checkpoint's id and whose writes it has, from the
+primary keys only: what the cached saver checks its copy against. ]]
+function saver:head(cfg)
+  common.check_cfg(cfg, "head")
+  local ok, err = ready(self)
+  if not ok then return nil, err end
+  local ns = cfg.checkpoint_ns or ""
+  local params, where = { cfg.thread_id, ns }, ""
+  if cfg.checkpoint_id then
+    params[3] = cfg.checkpoint_id
+    where = "AND c.checkpoint_id = $3"
+  end
+  local rows
+  rows, err = self.db:query(format([[
+    SELECT c.checkpoint_id,
+      (SELECT json_agg(w.task_id)::text FROM moongraph_checkpoint_writes w
+        WHERE w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns
+          AND w.checkpoint_id = c.checkpoint_id) AS tasks
+    FROM moongraph_checkpoints c WHERE c.thread_id = $1 AND c.checkpoint_ns = $2 %s
+    ORDER BY c.checkpoint_id DESC LIMIT 1]], where), params)
+  if not rows then return nil, err end
+  local r = rows[1]
+  if not r then return nil end
+  local tasks = {}
+  if r.tasks ~= SQLNULL then tasks = json.decode(r.tasks) or {} end
+  sort(tasks)
+  return { checkpoint_id = r.checkpoint_id, tasks = tasks }
+end
+
+function saver:delete_thread(thread_id)
+  if thread_id == nil then
+    error("bad argument #1 to 'delete_thread': thread id expected", 2)
+  end
+  thread_id = tostring(thread_id)
+  local ok, err = ready(self)
+  if not ok then return nil, err end
+  cache_drop_thread(self, thread_id)
+  ok, err = self.db:query([[
+    WITH w AS (DELETE FROM moongraph_checkpoint_writes WHERE thread_id = $1),
+         b AS (DELETE FROM moongraph_checkpoint_blobs WHERE thread_id = $1)
+    DELETE FROM moongraph_checkpoints WHERE thread_id = $1]], { thread_id })
+  if not ok then return nil, err end
+  return true
+end
+
+_M.saver = saver
+return _M

@@ -1,0 +1,284 @@
+--[[
+moongraph.checkpoint.redis — a checkpoint saver on Redis.
+
+  mg.checkpoint.redis("redis://127.0.0.1:6379/0", { ttl = 3600, prefix = "moongraph:cp" })
+  mg.checkpoint.redis(conn_or_pool, opts)   -- a moongraph.redis connection or pool
+
+Keys of one thread share a hash tag, so they live together in a cluster:
+
+  <prefix>:{<thread>}:ns                    set of the thread's namespaces
+  <prefix>:{<thread>}:<ns>:ids              sorted set of checkpoint ids (lexical)
+  <prefix>:{<thread>}:<ns>:cp:<id>          hash: cp, md, parent (JSON, JSON, id)
+  <prefix>:{<thread>}:<ns>:w:<id>           hash: task id -> JSON list of {channel, value}
+
+Thread ids and namespaces are percent-encoded in key names. Each put and
+put_writes is one MULTI/EXEC. With `ttl` (seconds) every key written expires
+that long after its last write: Redis then serves as a cache, not a store.
+Durability is Redis' own: run it with appendonly (and appendfsync always for
+no loss on a crash) when these checkpoints must survive a restart.
+
+Implements the saver interface of docs/checkpoints.md: put, put_writes, get,
+list, delete_thread; runtime failures return nil, err.
+]]
+
+local type, error, tostring, setmetatable, ipairs, pairs, getmetatable =
+  type, error, tostring, setmetatable, ipairs, pairs, getmetatable
+local format, gsub, byte = string.format, string.gsub, string.byte
+local sort, concat = table.sort, table.concat
+
+local json = require "moongraph.checkpoint.json"
+local common = require "moongraph.checkpoint.common"
+
+local _M = {}
+local saver = {}
+local mt = { __index = saver, __name = "moongraph.checkpoint.redis" }
+
+local function enc_char(c) return format("%%%02X", byte(c)) end
+local function enc(s) return (gsub(s, "[%%:{}%s]", enc_char)) end
+
+function _M.new(target, opts)
+  if opts ~= nil and type(opts) ~= "table" then
+    error("bad argument #2 to 'redis': options table expected, got " .. type(opts), 2)
+  end
+  opts = opts or {}
+  for k in pairs(opts) do
+    if k ~= "ttl" and k ~= "prefix" then
+      error("bad argument #2 to 'redis': unknown option '" .. tostring(k) .. "'", 2)
+    end
+  end
+  if opts.ttl ~= nil and (type(opts.ttl) ~= "number" or opts.ttl <= 0) then
+    error("bad argument #2 to 'redis': ttl must be a positive number of seconds", 2)
+  end
+  if opts.prefix ~= nil and (type(opts.prefix) ~= "string" or opts.prefix == "") then
+    error("bad argument #2 to 'redis': prefix must be a non-empty string", 2)
+  end
+  local client
+  if type(target) == "string" then
+    local redis = require "moongraph.redis"
+    local ok, cfg_err = redis.parse_url(target)
+    if not ok then error("bad argument #1 to 'redis': " .. cfg_err, 2) end
+    client = redis.pool(target, { size = 2 })
+  elseif type(target) == "table" and type(target.call) == "function"
+      and type(target.pipeline) == "function" then
+    client = target
+  else
+    error("bad argument #1 to 'redis': Redis URL, connection or pool expected, got " .. type(target), 2)
+  end
+  return setmetatable({
+    client = client,
+    prefix = opts.prefix or "moongraph:cp",
+    ttl_ms = opts.ttl and math.floor(opts.ttl * 1000 + 0.5) or nil,
+  }, mt)
+end
+
+local function thread_key(self, thread_id)
+  return self.prefix .. ":{" .. enc(thread_id) .. "}"
+end
+
+local function ns_key(self, thread_id, ns)
+  return thread_key(self, thread_id) .. ":" .. enc(ns)
+end
+
+-- Run a MULTI/EXEC pipeline; true | nil, err
+local function transact(self, cmds)
+  local list = { { "MULTI" } }
+  for i = 1, #cmds do list[#list + 1] = cmds[i] end
+  list[#list + 1] = { "EXEC" }
+  local res, err = self.client:pipeline(list)
+  if not res then return nil, err end
+  for i = 1, #res - 1 do
+    local r = res[i]
+    if type(r) == "table" and r[1] == false then return nil, "redis: " .. r[2] end
+  end
+  local exec = res[#res]
+  if type(exec) ~= "table" then return nil, "redis: transaction aborted" end
+  for i = 1, #exec do
+    local r = exec[i]
+    if type(r) == "table" and r[1] == false then return nil, "redis: " .. r[2] end
+  end
+  return true
+end
+
+local function expire(self, cmds, key)
+  if self.ttl_ms then cmds[#cmds + 1] = { "PEXPIRE", key, self.ttl_ms } end
+end
+
+function saver:put(cfg, checkpoint, metadata)
+  common.check_cfg(cfg, "put")
+  if type(checkpoint) ~= "table" or type(checkpoint.id) ~= "string" then
+    error("bad argument #2 to 'put': checkpoint with a string id expected", 2)
+  end
+  local cp, err = json.encode(checkpoint, { name = "checkpoint" })
+  if not cp then return nil, err end
+  local md
+  md, err = json.encode(metadata or {}, { name = "metadata" })
+  if not md then return nil, err end
+  local ns = cfg.checkpoint_ns or ""
+  local base = ns_key(self, cfg.thread_id, ns)
+  local tkey, ids, key = thread_key(self, cfg.thread_id) .. ":ns", base .. ":ids", base .. ":cp:" .. checkpoint.id
+  local cmds = {
+    { "HSET", key, "cp", cp, "md", md, "parent", cfg.checkpoint_id or "" },
+    { "ZADD", ids, 0, checkpoint.id },
+    { "SADD", tkey, ns },
+  }
+  expire(self, cmds, key)
+  expire(self, cmds, ids)
+  expire(self, cmds, tkey)
+  local ok
+  ok, err = transact(self, cmds)
+  if not ok then return nil, err end
+  return { thread_id = cfg.thread_id, checkpoint_ns = ns, checkpoint_id = checkpoint.id }
+end
+
+function saver:put_writes(cfg, task_id, writes)
+  common.check_cfg(cfg, "put_writes")
+  if type(cfg.checkpoint_id) ~= "string" then
+    error("bad argument #1 to 'put_writes': config.checkpoint_id expected", 2)
+  end
+  if type(task_id) ~= "string" then
+    error("bad argument #2 to 'put_writes': task id (string) expected, got " .. type(task_id), 2)
+  end
+  if type(writes) ~= "table" then
+    error("bad argument #3 to 'put_writes': list of {channel, value} expected, got " .. type(writes), 2)
+  end
+  local enc_writes, err = json.encode(writes, { name = "writes of task " .. task_id })
+  if not enc_writes then return nil, err end
+  local ns = cfg.checkpoint_ns or ""
+  local key = ns_key(self, cfg.thread_id, ns) .. ":w:" .. cfg.checkpoint_id
+  local tkey = thread_key(self, cfg.thread_id) .. ":ns"
+  local cmds = {
+    { "HSET", key, task_id, enc_writes },
+    { "SADD", tkey, ns },
+  }
+  expire(self, cmds, key)
+  expire(self, cmds, tkey)
+  return transact(self, cmds)
+end
+
+local function pairs_of(flat)
+  local t = {}
+  if type(flat) ~= "table" then return t end
+  for i = 1, #flat, 2 do t[flat[i]] = flat[i + 1] end
+  return t
+end
+
+-- HGETALL replies of a checkpoint and its writes -> tuple | nil, err
+local function tuple(cfg, ns, id, cp_flat, w_flat)
+  local h = pairs_of(cp_flat)
+  if not h.cp then return nil end
+  local checkpoint, err = json.decode(h.cp)
+  if checkpoint == nil then
+    return nil, format("checkpoint %s of thread %s is corrupt: %s", id, cfg.thread_id, err)
+  end
+  local metadata = json.decode(h.md or "{}") or {}
+  local writes = pairs_of(w_flat)
+  local tasks = {}
+  for task_id in pairs(writes) do tasks[#tasks + 1] = task_id end
+  sort(tasks)
+  local pending = {}
+  for _, task_id in ipairs(tasks) do
+    local list, werr = json.decode(writes[task_id])
+    if list == nil then
+      return nil, format("writes of task %s in checkpoint %s are corrupt: %s", task_id, id, werr)
+    end
+    for _, pair in ipairs(list) do
+      pending[#pending + 1] = { task_id, pair[1], pair[2] }
+    end
+  end
+  local parent = h.parent ~= nil and h.parent ~= "" and h.parent or nil
+  return {
+    config = { thread_id = cfg.thread_id, checkpoint_ns = ns, checkpoint_id = id },
+    checkpoint = checkpoint,
+    metadata = metadata,
+    parent_config = parent and { thread_id = cfg.thread_id, checkpoint_ns = ns, checkpoint_id = parent } or nil,
+    pending_writes = pending,
+  }
+end
+
+-- Fetch the tuples of `ids` (in that order), skipping expired ones.
+local function fetch(self, cfg, ns, ids)
+  if #ids == 0 then return {} end
+  local base = ns_key(self, cfg.thread_id, ns)
+  local cmds = {}
+  for _, id in ipairs(ids) do
+    cmds[#cmds + 1] = { "HGETALL", base .. ":cp:" .. id }
+    cmds[#cmds + 1] = { "HGETALL", base .. ":w:" .. id }
+  end
+  local res, err = self.client:pipeline(cmds)
+  if not res then return nil, err end
+  local out = {}
+  for i, id in ipairs(ids) do
+    local a, b = res[2 * i - 1], res[2 * i]
+    if type(a) == "table" and a[1] == false then return nil, "redis: " .. a[2] end
+    if type(b) == "table" and b[1] == false then return nil, "redis: " .. b[2] end
+    local t, terr = tuple(cfg, ns, id, a, b)
+    if terr then return nil, terr end
+    if t then out[#out + 1] = t end
+  end
+  return out
+end
+
+function saver:get(cfg)
+  common.check_cfg(cfg, "get")
+  local ns = cfg.checkpoint_ns or ""
+  local id = cfg.checkpoint_id
+  if not id then
+    local last, err = self.client:call("ZRANGE", ns_key(self, cfg.thread_id, ns) .. ":ids", -1, -1)
+    if not last then return nil, err end
+    id = last[1]
+    if not id then return nil end
+  end
+  local list, err = fetch(self, cfg, ns, { id })
+  if not list then return nil, err end
+  return list[1]
+end
+
+function saver:list(cfg, opts)
+  common.check_cfg(cfg, "list")
+  local limit, before = common.list_opts(opts)
+  local ns = cfg.checkpoint_ns or ""
+  local args = { "ZREVRANGEBYLEX", ns_key(self, cfg.thread_id, ns) .. ":ids",
+    before and ("(" .. before) or "+", "-" }
+  if limit then
+    args[#args + 1] = "LIMIT"
+    args[#args + 1] = 0
+    args[#args + 1] = math.floor(limit)
+  end
+  local ids, err = self.client:call(table.unpack(args))
+  if not ids then return nil, err end
+  return fetch(self, cfg, ns, ids)
+end
+
+function saver:delete_thread(thread_id)
+  if thread_id == nil then
+    error("bad argument #1 to 'delete_thread': thread id expected", 2)
+  end
+  thread_id = tostring(thread_id)
+  local tkey = thread_key(self, thread_id) .. ":ns"
+  local nss, err = self.client:call("SMEMBERS", tkey)
+  if not nss then return nil, err end
+  local keys = { tkey }
+  for _, ns in ipairs(nss) do
+    local base = ns_key(self, thread_id, ns)
+    local ids
+    ids, err = self.client:call("ZRANGE", base .. ":ids", 0, -1)
+    if not ids then return nil, err end
+    keys[#keys + 1] = base .. ":ids"
+    for _, id in ipairs(ids) do
+      keys[#keys + 1] = base .. ":cp:" .. id
+      keys[#keys + 1] = base .. ":w:" .. id
+    end
+  end
+  -- in batches, so one command never carries an unbounded argument list
+  for i = 1, #keys, 500 do
+    local batch = { "UNLINK" }
+    for j = i, math.min(i + 499, #keys) do batch[#batch + 1] = keys[j] end
+    local ok
+    ok, err = self.client:call(table.unpack(batch))
+    if not ok then return nil, err end
+  end
+  return true
+end
+
+_M.saver = saver
+return _M

@@ -1,0 +1,70 @@
+-- moongraph.worker.client — the client side of the worker: enqueue a job,
+-- follow its events. What `moongraph submit` does, and what a gateway does.
+--
+--   local client = require "moongraph.worker.client"
+--   local c = assert(client.connect("redis://127.0.0.1:6379/0"))   -- or { redis = conn }
+--   local job_id, entry_id = c:submit{ message = "...", thread_id = "t1", user_id = "u1" }
+--   local last_id, done = c:follow(job_id, { last_id = "0-0", on_event = function(ev) ... end })
+--
+-- follow resumes after a lost connection from the last event it delivered
+-- (XRANGE to catch up, then XREAD BLOCK), so a caller that keeps the last
+-- id can also reconnect itself, from another process, and get the rest of
+-- the events once and in order.
+
+local redis = require "moongraph.redis"
+local job = require "moongraph.worker.job"
+local events = require "moongraph.worker.events"
+local config = require "moongraph.worker.config"
+
+local type, tostring, setmetatable, error = type, tostring, setmetatable, error
+
+local _M = {}
+local C = {}
+C.__index = C
+
+-- connect(url | {redis = conn}, [{prefix = "moongraph"}]) -> client | nil, err
+function _M.connect(url, opts)
+  opts = opts or {}
+  local conn, err
+  if type(url) == "table" and url.redis then
+    conn = url.redis
+  else
+    conn, err = redis.connect(url)
+    if not conn then return nil, err end
+  end
+  return setmetatable({ redis = conn, keys = config.keys(opts.prefix or "moongraph") }, C)
+end
+
+-- submit{message, thread_id?, user_id?, job_id?, user_location?, script?}
+-- -> job_id, entry_id, job | nil, err. Missing ids are made up.
+function C:submit(j)
+  if type(j) ~= "table" then error("bad argument #1 to 'submit' (job table expected)", 2) end
+  local full = {
+    job_id = j.job_id or job.new_id("j"),
+    thread_id = j.thread_id or job.new_id("t"),
+    user_id = j.user_id or "anonymous",
+    message = j.message, user_location = j.user_location, script = j.script,
+  }
+  local text = job.encode(full)
+  local ok, reason = job.decode { "job", text }
+  if not ok then error("bad argument #1 to 'submit' (" .. reason .. ")", 2) end
+  local id, err = self.redis:call("XADD", self.keys.jobs, "*", "job", text)
+  if not id then return nil, err end
+  return full.job_id, id, full
+end
+
+function C:events_key(job_id)
+  return self.keys.events .. job_id
+end
+
+-- follow(job_id, opts) -> last_id, done_event | nil, err, last_id
+-- (opts as moongraph.worker.events.follow)
+function C:follow(job_id, opts)
+  return events.follow(self.redis, self:events_key(job_id), opts)
+end
+
+function C:close()
+  self.redis:close()
+end
+
+return _M

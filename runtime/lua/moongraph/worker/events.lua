@@ -1,0 +1,308 @@
+-- moongraph.worker.events — a job's event stream, written and followed.
+--
+-- Each job has a Redis stream PREFIX:events:<job_id> with entries
+-- {type = ..., data = <JSON>}; types are node_start, node_end, token,
+-- answer, error and done, and done is always the last one.
+--
+-- Writing (the worker):
+--
+--   local em = events.emitter(redis, key, { maxlen = 10000, log = log })
+--   em:push("token", { node = "answer", text = "안" })   -- never waits
+--   em:flush()        -- waits until everything pushed so far is in Redis
+--   events.finish(redis, key, { {"answer", {...}}, {"done", {...}} }, opts)
+--
+-- Events are written in push order by one task per job, many per round
+-- trip. Each gets an explicit stream id when it is first sent
+-- (milliseconds from the Redis server's clock, then a sequence), so a batch
+-- sent again after a lost connection cannot add an entry twice: Redis
+-- refuses an id it already has. While Redis is unreachable the events wait
+-- in memory and are sent, in order, once it is back. `finish` adds the last
+-- events and `done` atomically, only if the stream has no `done` yet, and
+-- sets the stream to expire: a job finished twice (a duplicate delivery, a
+-- retried acknowledgement) still ends with exactly one done.
+--
+-- Following (a client, a gateway):
+--
+--   local last, done = events.follow(redis, key, { last_id = "0-0",
+--     on_event = function(ev) ... end })   -- ev = {id=, type=, data=}
+--
+-- follow catches up with XRANGE from the entry after last_id, then waits
+-- with XREAD BLOCK; after a lost connection it starts again from the last
+-- id it delivered, so every event arrives once and in order.
+
+local mg = require "moongraph"
+local cjson = require("cjson.safe").new()
+
+local type, tostring, tonumber, ipairs, setmetatable, pcall, select =
+  type, tostring, tonumber, ipairs, setmetatable, pcall, select
+local format, floor, min, max = string.format, math.floor, math.min, math.max
+
+local _M = {}
+
+_M.TYPES = { node_start = true, node_end = true, token = true, answer = true, error = true, done = true }
+
+_M.BATCH = 256
+
+---------------------------------------------------------------- writing
+
+local Emitter = {}
+Emitter.__index = Emitter
+
+function _M.emitter(redis, key, opts)
+  opts = opts or {}
+  local self = setmetatable({
+    redis = redis, key = key,
+    maxlen = opts.maxlen or 10000,
+    running_ttl = opts.running_ttl or 86400,
+    log = opts.log, metrics = opts.metrics,
+    items = {}, head = 1, tail = 0,
+    wake = mg.queue(), idle = false,
+    flushers = {}, closing = false,
+    last_ms = 0, last_seq = -1, opened = false,
+  }, Emitter)
+  self.task = mg.spawn(Emitter.run, self)
+  return self
+end
+
+-- push(type, data): queue one event (data: a table, encoded as JSON).
+function Emitter:push(etype, data)
+  if not _M.TYPES[etype] then
+    error("bad argument #1 to 'push' (unknown event type '" .. tostring(etype) .. "')", 2)
+  end
+  local text = cjson.encode(data or {})
+  if not text then text = cjson.encode { unencodable = tostring(data) } end
+  local tail = self.tail + 1
+  self.tail = tail
+  self.items[tail] = { etype, text }
+  if self.idle then
+    self.idle = false
+    self.wake:put(true)
+  end
+end
+
+function Emitter:pending()
+  return self.tail - self.head + 1
+end
+
+-- Redis time and the stream's last id, so new ids come after both.
+function Emitter:open()
+  local res, err = self.redis:pipeline {
+    { "TIME" },
+    { "XREVRANGE", self.key, "+", "-", "COUNT", 1 },
+  }
+  if not res then return nil, err end
+  local t, last = res[1], res[2]
+  if type(t) ~= "table" or t[1] == false then return nil, "TIME failed: " .. tostring(t and t[2]) end
+  if type(last) == "table" and last[1] == false then return nil, tostring(last[2]) end
+  self.base_ms = tonumber(t[1]) * 1000 + floor(tonumber(t[2]) / 1000)
+  self.base_mono = mg.now()
+  if type(last) == "table" and last[1] then
+    local ms, seq = last[1][1]:match("^(%d+)%-(%d+)$")
+    self.last_ms, self.last_seq = tonumber(ms), tonumber(seq)
+  end
+  self.opened = true
+  return true
+end
+
+function Emitter:next_id()
+  local ms = self.base_ms + floor((mg.now() - self.base_mono) * 1000)
+  if ms <= self.last_ms then
+    ms = self.last_ms
+    self.last_seq = self.last_seq + 1
+  else
+    self.last_ms = ms
+    self.last_seq = 0
+  end
+  return format("%d-%d", ms, self.last_seq)
+end
+
+local function already_there(e)
+  return type(e) == "string" and e:find("equal or smaller", 1, true) ~= nil
+end
+
+-- The writer task: sends queued events in order until closed.
+function Emitter:run()
+  local backoff = 0.05
+  local function failed(what, err)
+    if self.log then self.log:warn("event write failed; retrying", { key = self.key, error = tostring(err), op = what }) end
+    mg.sleep(backoff)
+    backoff = min(backoff * 2, 2)
+  end
+  while true do
+    if not self.opened then
+      local ok, err = self:open()
+      if not ok then failed("open", err) goto continue end
+    end
+    if self.head > self.tail then
+      local fl = self.flushers
+      if #fl > 0 then
+        self.flushers = {}
+        for i = 1, #fl do fl[i]:put(true) end
+      end
+      if self.closing then return end
+      self.idle = true
+      self.wake:get()
+      goto continue
+    end
+    do
+      local items, cmds = self.items, {}
+      local last = min(self.tail, self.head + _M.BATCH - 1)
+      for i = self.head, last do
+        local it = items[i]
+        if not it[3] then it[3] = self:next_id() end
+        cmds[#cmds + 1] = { "XADD", self.key, "MAXLEN", "~", self.maxlen, it[3], "type", it[1], "data", it[2] }
+      end
+      cmds[#cmds + 1] = { "EXPIRE", self.key, self.running_ttl }
+      local res, err = self.redis:pipeline(cmds)
+      if not res then failed("XADD", err) goto continue end
+      for i = 1, #res - 1 do
+        local r = res[i]
+        if type(r) == "table" and r[1] == false and not already_there(r[2]) then
+          failed("XADD", r[2])
+          goto continue
+        end
+      end
+      for i = self.head, last do items[i] = nil end
+      if self.metrics then self.metrics:inc("events_written", last - self.head + 1) end
+      self.head = last + 1
+      backoff = 0.05
+    end
+    ::continue::
+  end
+end
+
+-- flush(): wait until every event pushed so far is written.
+function Emitter:flush()
+  if self.head > self.tail then return true end
+  if self.task:done() then return nil, "event writer stopped" end
+  local q = mg.queue()
+  self.flushers[#self.flushers + 1] = q
+  if self.idle then
+    self.idle = false
+    self.wake:put(true)
+  end
+  q:get()
+  return true
+end
+
+-- close(): let the writer finish what is queued, then stop.
+function Emitter:close()
+  self.closing = true
+  if self.idle then
+    self.idle = false
+    self.wake:put(true)
+  end
+end
+
+-- abandon(): stop now; what is not written yet is dropped.
+function Emitter:abandon()
+  if not self.task:done() then self.task:cancel() end
+end
+
+local FINISH = [[
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+if last[1] then
+  local f = last[1][2]
+  for i = 1, #f, 2 do
+    if f[i] == 'type' and f[i + 1] == 'done' then return 0 end
+  end
+end
+for i = 3, #ARGV, 2 do
+  redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'type', ARGV[i], 'data', ARGV[i + 1])
+end
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return 1
+]]
+
+-- finish(redis, key, list, opts) -> true (written) | false (the stream
+-- already had its done) | nil, err. list: { {type, data}, ... } ending with
+-- done. opts: maxlen, ttl (seconds the stream lives on).
+function _M.finish(redis, key, list, opts)
+  opts = opts or {}
+  local args = { "EVAL", FINISH, 1, key, opts.maxlen or 10000, opts.ttl or 3600 }
+  for _, e in ipairs(list) do
+    args[#args + 1] = e[1]
+    args[#args + 1] = cjson.encode(e[2] or {}) or "{}"
+  end
+  local r, err = redis:call(table.unpack(args))
+  if r == nil then return nil, err end
+  return r == 1
+end
+
+---------------------------------------------------------------- following
+
+local function to_event(entry)
+  local id, f = entry[1], entry[2]
+  local ev = { id = id }
+  for i = 1, #f - 1, 2 do
+    local k, v = f[i], f[i + 1]
+    if k == "type" then ev.type = v
+    elseif k == "data" then ev.raw = v end
+  end
+  ev.data = ev.raw and cjson.decode(ev.raw) or {}
+  return ev
+end
+_M.to_event = to_event
+
+-- follow(redis, key, opts) -> last_id, done_event | nil, err, last_id
+-- opts: last_id (default "0-0": from the start), on_event(ev) (return false
+-- to stop early), block (seconds per XREAD, default 5), idle_timeout (give
+-- up after this long without an event; default none), on_retry(err, delay)
+-- (a lost connection; default: retry quietly), count (entries per read).
+function _M.follow(redis, key, opts)
+  opts = opts or {}
+  local last = opts.last_id or "0-0"
+  local on_event = opts.on_event or function() end
+  local block_ms = floor((opts.block or 5) * 1000)
+  local count = opts.count or 500
+  local idle_timeout = opts.idle_timeout
+  local last_seen = mg.now()
+  local backoff = 0.05
+  local caught_up = false
+  local function deliver(entries)
+    for _, e in ipairs(entries) do
+      local ev = to_event(e)
+      last = ev.id
+      last_seen = mg.now()
+      if on_event(ev) == false then return "stopped" end
+      if ev.type == "done" then return "done", ev end
+    end
+  end
+  while true do
+    local res, err
+    if not caught_up then
+      res, err = redis:call("XRANGE", key, "(" .. last, "+", "COUNT", count)
+      if res then
+        local how, ev = deliver(res)
+        if how == "done" then return last, ev end
+        if how == "stopped" then return last end
+        if #res < count then caught_up = true end
+      end
+    else
+      res, err = redis:call("XREAD", "COUNT", count, "BLOCK", block_ms, "STREAMS", key, last)
+      if res then
+        if type(res) == "table" and res[1] then
+          local how, ev = deliver(res[1][2])
+          if how == "done" then return last, ev end
+          if how == "stopped" then return last end
+        end
+      end
+    end
+    if res then
+      backoff = 0.05
+      if idle_timeout and mg.now() - last_seen > idle_timeout then
+        return nil, format("no event for %gs", idle_timeout), last
+      end
+    else
+      caught_up = false
+      if opts.on_retry then opts.on_retry(err, backoff) end
+      if idle_timeout and mg.now() - last_seen > idle_timeout then
+        return nil, tostring(err), last
+      end
+      mg.sleep(backoff)
+      backoff = min(backoff * 2, 2)
+    end
+  end
+end
+
+return _M

@@ -1,0 +1,225 @@
+-- moongraph.worker.memory — conversation memory in two tiers.
+--
+--   L1  Redis     PREFIX:memory:<thread_id>          hash: turn, intent, location, summary
+--                 PREFIX:memory:<thread_id>:recent   list: the last messages (JSON)
+--                 both expire `ttl` seconds (24 h) after the thread's last turn
+--   L2  Postgres  conversations (turn, last intent, summary), messages (the
+--                 full history), user_profiles (location, turn count, intents)
+--
+-- (The third tier is the run's own state, checkpointed while a job runs.)
+--
+--   local mem = memory.new{ redis = r, db = pool, keys = cfg.keys, ttl = 86400, recent = 12 }
+--   local m, err = mem:load(thread_id, user_id)
+--     -- m = { source = "redis"|"postgres"|"new", turn, intent, location, summary,
+--     --       messages = { {role, content, turn, intent}, ... } }   oldest first
+--   mem:record(tx, turn_record)      -- inside the transaction that stores the result
+--   mem:cache(thread_id, m)          -- write L1 (idempotent)
+--   mem:invalidate(thread_id)
+--
+-- load reads L1 and falls back to L2 (warming L1) when L1 has nothing or
+-- Redis is unreachable; a Postgres failure is returned as nil, err.
+
+local pg = require "moongraph.pg"
+local json = require "moongraph.checkpoint.json"
+local cjson = require("cjson.safe").new()
+
+local type, tostring, tonumber, ipairs, setmetatable, pcall =
+  type, tostring, tonumber, ipairs, setmetatable, pcall
+
+local _M = {}
+local Mem = {}
+Mem.__index = Mem
+
+function _M.new(opts)
+  return setmetatable({
+    redis = opts.redis, db = opts.db, keys = opts.keys,
+    ttl = opts.ttl or 86400, recent = opts.recent or 12, log = opts.log,
+  }, Mem)
+end
+
+function Mem:key(thread_id)
+  return self.keys.memory .. thread_id
+end
+
+local function nz(v)
+  if v == nil or v == pg.null or v == cjson.null then return nil end
+  return v
+end
+
+local function decode_json(text)
+  if type(text) ~= "string" or text == "" then return nil end
+  local ok, v = pcall(json.decode, text)
+  if ok then return v end
+  return nil
+end
+
+-- L1 only: m or nil (nothing cached) | nil, err
+function Mem:load_l1(thread_id)
+  local key = self:key(thread_id)
+  local res, err = self.redis:pipeline {
+    { "HGETALL", key },
+    { "LRANGE", key .. ":recent", 0, -1 },
+  }
+  if not res then return nil, err end
+  local h, list = res[1], res[2]
+  if type(h) ~= "table" or h[1] == false then return nil, tostring(h and h[2]) end
+  if h[1] == nil then return nil end
+  local f = {}
+  for i = 1, #h - 1, 2 do f[h[i]] = h[i + 1] end
+  if not f.turn then return nil end
+  local msgs = {}
+  if type(list) == "table" and list[1] ~= false then
+    for _, s in ipairs(list) do
+      local m = cjson.decode(s)
+      if type(m) == "table" then msgs[#msgs + 1] = m end
+    end
+  end
+  return {
+    source = "redis", turn = math.tointeger(tonumber(f.turn)) or 0,
+    intent = f.intent ~= "" and f.intent or nil,
+    location = f.location ~= "" and f.location or nil,
+    summary = decode_json(f.summary), messages = msgs,
+  }
+end
+
+-- L2 only: m (source "postgres", or "new" for an unknown thread) | nil, err
+function Mem:load_l2(thread_id, user_id)
+  local rows, err = self.db:query([[
+SELECT c.turn, c.last_intent, c.summary::text AS summary, p.location
+FROM (SELECT $1::text AS thread_id, $2::text AS user_id) x
+LEFT JOIN conversations c ON c.thread_id = x.thread_id
+LEFT JOIN user_profiles p ON p.user_id = x.user_id]], { thread_id, user_id })
+  if not rows then return nil, err end
+  local r = rows[1] or {}
+  local m = {
+    source = nz(r.turn) and "postgres" or "new",
+    turn = nz(r.turn) or 0, intent = nz(r.last_intent), location = nz(r.location),
+    summary = decode_json(nz(r.summary)), messages = {},
+  }
+  if m.source == "postgres" and self.recent > 0 then
+    local msgs
+    msgs, err = self.db:query([[
+SELECT role, content, turn, intent FROM messages WHERE thread_id = $1
+ORDER BY id DESC LIMIT $2]], { thread_id, self.recent })
+    if not msgs then return nil, err end
+    for i = #msgs, 1, -1 do
+      local x = msgs[i]
+      m.messages[#m.messages + 1] = { role = x.role, content = x.content, turn = x.turn, intent = nz(x.intent) }
+    end
+  end
+  return m
+end
+
+function Mem:load(thread_id, user_id)
+  local m, err = self:load_l1(thread_id)
+  if m then return m end
+  if err and self.log then
+    self.log:warn("memory: Redis unavailable, reading Postgres", { thread_id = thread_id, error = tostring(err) })
+  end
+  m, err = self:load_l2(thread_id, user_id)
+  if not m then return nil, err end
+  if m.source ~= "new" then self:cache(thread_id, m) end
+  return m
+end
+
+-- cache(thread_id, m): replace L1 with m (turn, intent, location, summary,
+-- messages; only the last `recent` messages are kept).
+function Mem:cache(thread_id, m)
+  local key = self:key(thread_id)
+  local cmds = { { "MULTI" }, { "DEL", key, key .. ":recent" } }
+  local msgs = m.messages or {}
+  local first = math.max(1, #msgs - self.recent + 1)
+  if #msgs >= first and self.recent > 0 then
+    local push = { "RPUSH", key .. ":recent" }
+    for i = first, #msgs do
+      local x = msgs[i]
+      push[#push + 1] = cjson.encode { role = x.role, content = x.content, turn = x.turn, intent = x.intent }
+    end
+    cmds[#cmds + 1] = push
+    cmds[#cmds + 1] = { "EXPIRE", key .. ":recent", self.ttl }
+  end
+  local summary = m.summary and json.encode(m.summary) or ""
+  cmds[#cmds + 1] = { "HSET", key, "turn", m.turn or 0, "intent", m.intent or "",
+                      "location", m.location or "", "summary", summary }
+  cmds[#cmds + 1] = { "EXPIRE", key, self.ttl }
+  cmds[#cmds + 1] = { "EXEC" }
+  local res, err = self.redis:pipeline(cmds)
+  if not res then return nil, err end
+  local exec = res[#res]
+  if type(exec) ~= "table" or exec[1] == false then
+    return nil, "memory cache failed: " .. tostring(exec and exec[2])
+  end
+  return true
+end
+
+function Mem:invalidate(thread_id)
+  local key = self:key(thread_id)
+  return self.redis:call("DEL", key, key .. ":recent")
+end
+
+local function arg(v)
+  if v == nil then return pg.null end
+  return v
+end
+
+-- record(tx, t): the turn `t` into L2, inside the caller's transaction.
+-- t = { thread_id, user_id, job_id, turn, intent, location, summary,
+--       message, answer }
+function Mem:record(tx, t)
+  local summary = t.summary and json.encode(t.summary) or nil
+  local ok, err = tx:query([[
+INSERT INTO conversations (thread_id, user_id, turn, last_intent, summary)
+VALUES ($1, $2, $3, $4, $5::jsonb)
+ON CONFLICT (thread_id) DO UPDATE SET
+  turn = GREATEST(conversations.turn, EXCLUDED.turn),
+  last_intent = COALESCE(EXCLUDED.last_intent, conversations.last_intent),
+  summary = COALESCE(EXCLUDED.summary, conversations.summary),
+  updated_at = now()]], { t.thread_id, t.user_id, t.turn, arg(t.intent), arg(summary) })
+  if not ok then return nil, err end
+  ok, err = tx:query([[
+INSERT INTO messages (thread_id, turn, role, content, intent, job_id)
+VALUES ($1, $2, 'user', $3, $4, $5), ($1, $2, 'assistant', $6, $4, $5)
+ON CONFLICT DO NOTHING]], { t.thread_id, t.turn, t.message, arg(t.intent), t.job_id, t.answer or "" })
+  if not ok then return nil, err end
+  ok, err = tx:query([[
+INSERT INTO user_profiles (user_id, location, turns, last_intent, intents)
+VALUES ($1, $2, 1, $3, CASE WHEN $3::text IS NULL THEN '{}'::jsonb ELSE jsonb_build_object($3::text, 1) END)
+ON CONFLICT (user_id) DO UPDATE SET
+  location = COALESCE(EXCLUDED.location, user_profiles.location),
+  turns = user_profiles.turns + 1,
+  last_intent = COALESCE(EXCLUDED.last_intent, user_profiles.last_intent),
+  intents = CASE WHEN EXCLUDED.last_intent IS NULL THEN user_profiles.intents
+            ELSE jsonb_set(user_profiles.intents, ARRAY[EXCLUDED.last_intent],
+                   to_jsonb(COALESCE((user_profiles.intents ->> EXCLUDED.last_intent)::int, 0) + 1)) END,
+  last_seen = now()]], { t.user_id, arg(t.location), arg(t.intent) })
+  if not ok then return nil, err end
+  return true
+end
+
+-- The memory after turn t, given the memory m it started from.
+function _M.after(m, t)
+  local msgs = {}
+  for _, x in ipairs(m.messages or {}) do msgs[#msgs + 1] = x end
+  msgs[#msgs + 1] = { role = "user", content = t.message, turn = t.turn, intent = t.intent }
+  msgs[#msgs + 1] = { role = "assistant", content = t.answer or "", turn = t.turn, intent = t.intent }
+  return {
+    turn = t.turn, intent = t.intent or m.intent, location = t.location or m.location,
+    summary = t.summary or m.summary, messages = msgs,
+  }
+end
+
+-- The user's profile row (for inspection and specs) | nil | nil, err
+function Mem:profile(user_id)
+  local rows, err = self.db:query([[
+SELECT user_id, location, turns, last_intent, intents::text AS intents
+FROM user_profiles WHERE user_id = $1]], { user_id })
+  if not rows then return nil, err end
+  local r = rows[1]
+  if not r then return nil end
+  r.intents = decode_json(r.intents) or {}
+  r.location = nz(r.location)
+  r.last_intent = nz(r.last_intent)
+  return r
+end
+
+return _M

@@ -1,0 +1,78 @@
+-- moongraph.worker.results — the Postgres table job_results: one row per
+-- job, written once.
+--
+--   local results = require "moongraph.worker.results"
+--   local row, err = results.get(db, job_id)        -- row | nil (none yet) | nil, err
+--   local inserted, row = results.commit(db, row, function(tx) ... end)
+--
+-- commit inserts the row unless the job already has one (job_id is the
+-- primary key), and only when it inserted runs `also(tx)` in the same
+-- transaction (the conversation memory of the turn), so a job delivered
+-- twice stores one answer and one turn. It returns false and the stored
+-- row when the job already had a result.
+
+local pg = require "moongraph.pg"
+local json = require "moongraph.checkpoint.json"
+
+local type, tostring, pcall, error = type, tostring, pcall, error
+
+local _M = {}
+
+local function nz(v)
+  if v == pg.null then return nil end
+  return v
+end
+
+local function row_of(r)
+  local ok, state = pcall(json.decode, r.state or "{}")
+  return {
+    job_id = r.job_id, thread_id = r.thread_id, user_id = nz(r.user_id),
+    status = r.status, answer = nz(r.answer), error = nz(r.error),
+    state = ok and state or {}, worker = nz(r.worker), deliveries = nz(r.deliveries),
+  }
+end
+
+local SELECT = [[
+SELECT job_id, thread_id, user_id, status, answer, error, state::text AS state, worker, deliveries
+FROM job_results WHERE job_id = $1]]
+
+function _M.get(db, job_id)
+  local rows, err = db:query(SELECT, { job_id })
+  if not rows then return nil, err end
+  if not rows[1] then return nil end
+  return row_of(rows[1])
+end
+
+local function arg(v)
+  if v == nil then return pg.null end
+  return v
+end
+
+-- commit(db, row, also) -> inserted, stored_row | nil, err
+-- row: job_id, thread_id, user_id, status ("done" | "failed" |
+-- "interrupted"), answer, error, state (a table), worker, deliveries.
+function _M.commit(db, row, also)
+  local state_text = json.encode(row.state or {})
+  return db:transaction(function(tx)
+    local rows, err = tx:query([[
+INSERT INTO job_results (job_id, thread_id, user_id, status, answer, error, state, worker, deliveries)
+VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9)
+ON CONFLICT (job_id) DO NOTHING
+RETURNING job_id]], { row.job_id, row.thread_id, arg(row.user_id), row.status or "done",
+      arg(row.answer), arg(row.error), state_text, arg(row.worker), arg(row.deliveries) })
+    if not rows then error("job_results: " .. tostring(err), 0) end
+    if rows[1] then
+      if also then
+        local ok, aerr = also(tx)
+        if not ok then error(tostring(aerr), 0) end
+      end
+      return true, row
+    end
+    local old
+    old, err = tx:query(SELECT, { row.job_id })
+    if not old then error("job_results: " .. tostring(err), 0) end
+    return false, row_of(old[1])
+  end)
+end
+
+return _M

@@ -1,0 +1,336 @@
+-- The `chat` command: one turn of the Eco² chat pipeline from the terminal.
+--
+--   moongraph chat [--thread ID] [--location LOC] [--trace FILE] [--json] MESSAGE
+--
+-- The answer streams to stdout as it is produced; the steps of the run
+-- (which nodes ran, which of them in parallel, and how long each took) go to
+-- stderr as each step finishes. Turns are checkpointed in files under
+-- $MOONGRAPH_STATE_DIR (default ./.moongraph/threads), so a later call with
+-- the same --thread continues the conversation: the previous intent feeds
+-- the transition boost, the location and the history are kept. Without
+-- --thread a new thread is started and its id printed.
+--
+-- --json ends stdout with one line holding the final state: thread_id,
+-- turn, intent, additional_intents, confidence, routing, nodes_run,
+-- contexts (node -> its result, or {ok = false, error = ...}), errors,
+-- answer, answer_source, quality, timings and more (the message history
+-- itself is left out; history_messages counts it). When a fail_close node
+-- ends the run, the user gets a plain message, the JSON line carries
+-- `error` and `failed_node`, and the exit status is 1.
+--
+-- run(args, opts) -> exit status (0 done, 1 the run failed, 2 bad usage).
+-- opts: stdout, stderr (file-like), llm (a moongraph.llm client or nil),
+-- state_dir, clock (for the weather node), now (seconds, for thread ids).
+local mg = require "moongraph"
+local chat = require "scripts.eco.chat"
+local json = require "scripts.eco.json"
+local aggregator = require "nodes.aggregator"
+
+local type, ipairs, pairs, tostring, tonumber, pcall = type, ipairs, pairs, tostring, tonumber, pcall
+local concat, sort, format = table.concat, table.sort, string.format
+
+local _M = {}
+
+_M.USAGE = "usage: chat [--thread ID] [--location LOCATION] [--trace FILE] [--json] MESSAGE"
+
+function _M.state_dir()
+  local d = os.getenv("MOONGRAPH_STATE_DIR")
+  if d and d ~= "" then return d end
+  return ".moongraph/threads"
+end
+
+function _M.parse(args)
+  local o = {}
+  local i = 1
+  while i <= #args do
+    local a = args[i]
+    if a == "--thread" or a == "--location" or a == "--trace" then
+      local v = args[i + 1]
+      if v == nil or v == "" then return nil, "chat: " .. a .. " needs a value" end
+      o[a:sub(3)] = v
+      i = i + 2
+    elseif a == "--json" then
+      o.json = true
+      i = i + 1
+    elseif a == "-h" or a == "--help" then
+      o.help = true
+      i = i + 1
+    elseif a:sub(1, 2) == "--" then
+      return nil, "chat: unknown option " .. a
+    elseif o.message then
+      return nil, "chat: one message only (quote it)"
+    else
+      o.message = a
+      i = i + 1
+    end
+  end
+  if not o.help and (not o.message or not o.message:find("%S")) then
+    return nil, "chat: missing MESSAGE"
+  end
+  if o.thread and not o.thread:match("^[%w%-_.:@]+$") then
+    return nil, "chat: --thread takes letters, digits and - _ . : @ only"
+  end
+  return o
+end
+
+local function new_thread_id(now)
+  local t = now or os.time()
+  return format("t%s-%04x", os.date("%Y%m%d-%H%M%S", math.floor(t)), math.random(0, 0xffff))
+end
+
+local function fmt_ms(x)
+  if x >= 100 then return format("%.0f ms", x) end
+  if x >= 10 then return format("%.1f ms", x) end
+  return format("%.2f ms", x)
+end
+
+-- A short description of what a node produced, from the state after its step.
+local function outcome(ev, state)
+  if ev.status == "error" then return "failed: " .. tostring(ev.error) end
+  if ev.status == "cancelled" then return "cancelled (timeout)" end
+  local node = ev.node
+  local c = type(state.contexts) == "table" and state.contexts[node]
+  local extra = ev.fallback_of and (" (fallback of " .. ev.fallback_of .. ")") or ""
+  if ev.chain_of then extra = " (fallback chain for " .. ev.chain_of .. ")" end
+  if type(c) == "table" then
+    if c.ok then
+      local src = c.source ~= "sample" and c.source or nil
+      return "ok" .. (c.sample and ", sample data" or "") .. (src and (", " .. src) or "") .. extra
+    elseif c.unavailable then
+      return "unavailable" .. extra
+    elseif c.error then
+      return "failed: " .. tostring(c.error) .. extra
+    end
+  end
+  if node == "intent" then
+    local s = tostring(state.intent)
+    if type(state.additional_intents) == "table" and #state.additional_intents > 0 then
+      s = s .. " + " .. concat(state.additional_intents, " + ")
+    end
+    return format("%s (%s, confidence %.2f%s)", s, tostring(state.intent_source),
+      tonumber(state.confidence) or 0,
+      state.prev_intent and ((state.transition_boost or 0) > 0
+        and format(", boost +%.2f from %s", state.transition_boost, state.prev_intent)
+        or ", previous " .. state.prev_intent) or "")
+  elseif node == "aggregator" and type(state.aggregate) == "table" then
+    local a = state.aggregate
+    return format("arrived %s; missing %s; next %s",
+      #a.collected > 0 and concat(a.collected, ", ") or "none",
+      #a.missing > 0 and (function()
+        local l = {}
+        for i, m in ipairs(a.missing) do l[i] = m.node .. " (" .. m.status .. ")" end
+        return concat(l, ", ")
+      end)() or "none", a.next)
+  elseif node == "answer" then
+    return tostring(state.answer_source)
+  elseif node == "feedback" and type(state.quality) == "table" then
+    local q = state.quality
+    local function f(x) return x and format("%.2f", x) or "-" end
+    return format("overall %s (faithfulness %s, groundedness %s, context %s, answer %s; %s)",
+      f(q.overall), f(q.faithfulness), f(q.groundedness), f(q.context_relevance),
+      f(q.answer_relevance), tostring(q.method))
+  elseif node == "summarize" then
+    local s = format("%s tokens in context", tostring(state.context_tokens))
+    if type(state.summary) == "table" and state.summary.compressed_at == state.turn then
+      s = s .. format(", compressed from %s", tostring(state.summary.tokens_before))
+    end
+    return s
+  end
+  return "ok" .. extra
+end
+
+-- Lines describing one finished step. A node that stood in for a failed
+-- one (its fallback) ran in the same task and is shown under it.
+local function step_lines(step, evs, state)
+  sort(evs, function(a, b) return a.t0 < b.t0 end)
+  local tasks, under = {}, {}
+  for _, e in ipairs(evs) do
+    if e.fallback_of then
+      under[e.fallback_of] = under[e.fallback_of] or {}
+      local l = under[e.fallback_of]
+      l[#l + 1] = e
+    else
+      tasks[#tasks + 1] = e
+    end
+  end
+  local function dur(e) return fmt_ms((e.t1 - e.t0) * 1000) end
+  local lines = {}
+  local function add_chain(node, indent)
+    for _, f in ipairs(under[node] or {}) do
+      lines[#lines + 1] = format("%s↳ %-15s %9s  %s", indent, f.node, dur(f), outcome(f, state))
+      add_chain(f.node, indent .. "  ")
+    end
+  end
+  if #tasks == 1 then
+    local e = tasks[1]
+    lines[1] = format("· step %d  %-17s %9s  %s", step, e.node, dur(e), outcome(e, state))
+    add_chain(e.node, "          ")
+    return lines
+  end
+  local t0, t1, sum = math.huge, -math.huge, 0
+  for _, e in ipairs(evs) do
+    if e.t0 < t0 then t0 = e.t0 end
+    if e.t1 > t1 then t1 = e.t1 end
+    sum = sum + (e.t1 - e.t0)
+  end
+  local names = {}
+  for i, e in ipairs(tasks) do names[i] = e.node end
+  lines[1] = format("· step %d  %d nodes in parallel: %s — step %s, sum of nodes %s",
+    step, #tasks, concat(names, " ∥ "), fmt_ms((t1 - t0) * 1000), fmt_ms(sum * 1000))
+  for _, e in ipairs(tasks) do
+    lines[#lines + 1] = format("    ∥ %-17s %9s  %s", e.node, dur(e), outcome(e, state))
+    add_chain(e.node, "        ")
+  end
+  return lines
+end
+
+local function copy_list(v)
+  local out = json.array()
+  if type(v) == "table" then for i, x in ipairs(v) do out[i] = x end end
+  return out
+end
+
+-- The --json object of a final state.
+function _M.json_state(state, extra)
+  local o = {}
+  for k, v in pairs(state) do
+    if k ~= "messages" and k ~= "summary" and k ~= "node_runs" then o[k] = v end
+  end
+  o.additional_intents = copy_list(state.additional_intents)
+  o.nodes_run = copy_list(state.nodes_run)
+  o.errors = copy_list(state.errors)
+  o.routing = copy_list(state.routing)
+  o.contexts = type(state.contexts) == "table" and state.contexts or {}
+  if o.prev_intent == false then o.prev_intent = nil end
+  if type(state.aggregate) == "table" then
+    local a = {}
+    for k, v in pairs(state.aggregate) do a[k] = v end
+    a.collected, a.missing, a.samples = copy_list(a.collected), copy_list(a.missing), copy_list(a.samples)
+    o.aggregate = a
+  end
+  o.history_messages = type(state.messages) == "table" and #state.messages or 0
+  if type(state.summary) == "table" then
+    local s = state.summary
+    o.summary = { turns = s.turns, compressed_at = s.compressed_at, tiers = s.tiers,
+                  tokens_before = s.tokens_before, tokens_after = s.tokens_after }
+  end
+  for k, v in pairs(extra or {}) do o[k] = v end
+  return o
+end
+
+-- What the user reads when a fail_close node ends the run.
+function _M.failure_message(err)
+  local node = tostring(err):match("^node '([%w_]+)'")
+  local what = node and aggregator.describe(node) or "파이프라인"
+  return node, format("죄송합니다. %s 서비스에 문제가 있어 답변을 완성하지 못했어요. 잠시 후 다시 시도해 주세요.", what)
+end
+
+function _M.run(args, opts)
+  opts = opts or {}
+  local out, errw = opts.stdout or io.stdout, opts.stderr or io.stderr
+  local o, perr = _M.parse(args)
+  if not o then
+    errw:write(perr, "\n", _M.USAGE, "\n")
+    return 2
+  end
+  if o.help then
+    out:write(_M.USAGE, "\n")
+    return 0
+  end
+  local dir = opts.state_dir or _M.state_dir()
+  local saver = mg.checkpoint.file(dir)
+  local app = chat.build { checkpointer = saver }
+  local thread = o.thread
+  local new_thread = thread == nil
+  if new_thread then thread = new_thread_id(opts.now) end
+  local prev_intent, prev_turn
+  if not new_thread then prev_intent, prev_turn = chat.previous_intent(app, thread) end
+  local llm = opts.llm
+  errw:write(format("· moongraph chat · thread %s · turn %d%s · %s\n", thread, (prev_turn or 0) + 1,
+    prev_intent and (" (previous intent " .. prev_intent .. ")") or "",
+    llm and "LLM configured" or "offline: no LLM configured (offline classifier, extractive answer)"))
+
+  local cfg = chat.config { thread_id = thread, llm = llm, trace = o.trace, clock = opts.clock,
+                            modes = { "values", "messages", "custom" } }
+  local input = chat.input(o.message, { location = o.location })
+  local t_start = mg.now()
+  local pending = {}
+  local state = {}
+  local answer_open, answer_tail = false, ""
+  local timings = json.array()
+  local first_step = nil
+
+  local function flush_steps(upto)
+    local steps = {}
+    for s in pairs(pending) do if s <= upto then steps[#steps + 1] = s end end
+    sort(steps)
+    for _, s in ipairs(steps) do
+      if answer_open then
+        if answer_tail ~= "\n" then out:write("\n") end
+        out:write("\n")
+        out:flush()
+        answer_open = false
+      end
+      first_step = first_step or s
+      local rel = s - first_step + 1
+      for _, l in ipairs(step_lines(rel, pending[s], state)) do errw:write(l, "\n") end
+      for _, e in ipairs(pending[s]) do
+        timings[#timings + 1] = { node = e.node, step = rel, ms = math.floor((e.t1 - e.t0) * 1e6 + 0.5) / 1000,
+                                  status = e.status, fallback_of = e.fallback_of }
+      end
+      pending[s] = nil
+    end
+    if errw.flush then errw:flush() end
+  end
+
+  local ok, err = pcall(function()
+    for ev in app:stream(input, cfg) do
+      local mode = ev.mode
+      if mode == "messages" then
+        if not answer_open then
+          answer_open = true
+          out:write("\n")
+        end
+        out:write(ev.data)
+        answer_tail = ev.data:sub(-1)
+        out:flush()
+      elseif mode == "custom" and type(ev.data) == "table" and ev.data.type == "node" then
+        local d = ev.data
+        local s = d.step or 0
+        pending[s] = pending[s] or {}
+        local l = pending[s]
+        l[#l + 1] = d
+      elseif mode == "values" then
+        state = ev.data
+        flush_steps(ev.step)
+      end
+    end
+  end)
+  local elapsed = (mg.now() - t_start) * 1000
+  flush_steps(math.huge)
+
+  if not ok then
+    local node, msg = _M.failure_message(err)
+    out:write(msg, "\n")
+    errw:write("moongraph chat: the run ended: ", tostring(err):gsub("\nstack traceback:.*$", ""), "\n")
+    if o.json then
+      out:write(json.encode(_M.json_state(state, {
+        thread_id = thread, error = tostring(err):gsub("\nstack traceback:.*$", ""),
+        failed_node = node, message = msg, timings = timings, elapsed_ms = elapsed,
+      })), "\n")
+    end
+    out:flush()
+    return 1
+  end
+  errw:write(format("· done in %s · thread %s%s\n", fmt_ms(elapsed), thread,
+    new_thread and (" · continue with: moongraph chat --thread " .. thread .. " \"...\"") or ""))
+  if o.trace then errw:write("· Chrome trace written to ", o.trace, " (open in ui.perfetto.dev)\n") end
+  if o.json then
+    out:write(json.encode(_M.json_state(state, { thread_id = thread, timings = timings,
+      elapsed_ms = math.floor(elapsed * 1000 + 0.5) / 1000 })), "\n")
+  end
+  out:flush()
+  return 0
+end
+
+return _M

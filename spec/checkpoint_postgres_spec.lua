@@ -1,0 +1,237 @@
+-- The Postgres checkpoint saver against a real, throwaway PostgreSQL.
+local mg = require "moongraph"
+local pg = require "moongraph.pg"
+local postgres = require "moongraph.checkpoint.postgres"
+local servers = require "servers"
+local child = require "graph_child"
+
+describe("postgres checkpoint saver", function()
+  local srv
+  local ndb = 0
+
+  setup(function() srv = servers.postgres() end)
+  teardown(function() if srv then srv:destroy() end end)
+
+  -- a URL of a new, empty database
+  local function fresh_db()
+    ndb = ndb + 1
+    return srv:create_database("cp_pg_" .. ndb)
+  end
+
+  require("saver_contract")("postgres", function()
+    return postgres.new(fresh_db())
+  end, _ENV)
+
+  describe("migrations", function()
+    it("create the schema once and record their versions", function()
+      local url = fresh_db()
+      mg.run(function()
+        local db = assert(pg.connect(url))
+        assert.equal(#postgres.migrations, postgres.migrate(db))
+        assert.equal(0, postgres.migrate(db))
+        local rows = assert(db:query("SELECT version, name FROM moongraph_migrations ORDER BY version"))
+        assert.equal(#postgres.migrations, #rows)
+        for i, m in ipairs(postgres.migrations) do
+          assert.equal(m.version, rows[i].version)
+          assert.equal(m.name, rows[i].name)
+        end
+      end)
+    end)
+
+    it("apply only the versions a database does not have", function()
+      local url = fresh_db()
+      mg.run(function()
+        local db = assert(pg.connect(url))
+        local first = { postgres.migrations[1] }
+        assert.equal(1, postgres.migrate(db, first))
+        local more = {}
+        for i, m in ipairs(postgres.migrations) do more[i] = m end
+        more[#more + 1] = { version = 99, name = "extra table", sql = "CREATE TABLE extra_t (a int)" }
+        assert.equal(#more - 1, postgres.migrate(db, more))
+        assert.equal(#more, db:query("SELECT count(*) AS c FROM moongraph_migrations")[1].c)
+      end)
+    end)
+
+    it("roll back entirely when one fails", function()
+      local url = fresh_db()
+      mg.run(function()
+        local db = assert(pg.connect(url))
+        local bad = {
+          { version = 1, name = "good", sql = "CREATE TABLE good_t (a int)" },
+          { version = 2, name = "bad", sql = "CREATE TABLE broken (" },
+        }
+        local n, err = postgres.migrate(db, bad)
+        assert.is_nil(n)
+        assert.matches("migration 2 %(bad%) failed", err)
+        assert.is_nil((db:query("SELECT * FROM good_t")))
+      end)
+    end)
+
+    it("from 4 processes at once leave one correct schema", function()
+      local url = fresh_db()
+      local script = child.script([[
+        local mg = require "moongraph"
+        local pg = require "moongraph.pg"
+        local postgres = require "moongraph.checkpoint.postgres"
+        local go = arg[2]
+        -- start together: wait until the go file exists
+        while not io.open(go) do os.execute("sleep 0.01") end
+        mg.run(function()
+          local db = assert(pg.connect(arg[1]))
+          local n, err = postgres.migrate(db)
+          print(n and ("APPLIED " .. n) or ("ERROR " .. tostring(err)))
+        end)
+      ]])
+      local go = os.tmpname()
+      os.remove(go)
+      local outs = {}
+      for i = 1, 4 do
+        outs[i] = os.tmpname()
+        os.execute(string.format("lua5.4 %s %q %q > %s 2>&1 &", script, url, go, outs[i]))
+      end
+      io.open(go, "w"):close()
+      local applied, lines = {}, {}
+      for i = 1, 4 do
+        local deadline = os.time() + 30
+        local line
+        repeat
+          line = child.lines(outs[i])[1]
+          if not line then os.execute("sleep 0.05") end
+        until line or os.time() > deadline
+        lines[i] = line
+        applied[#applied + 1] = tonumber((line or ""):match("^APPLIED (%d+)$"))
+        os.remove(outs[i])
+      end
+      os.remove(go)
+      os.remove(script)
+      for i = 1, 4 do assert.is_number(applied[i], lines[i]) end
+      table.sort(applied)
+      assert.same({ 0, 0, 0, #postgres.migrations }, applied)
+      mg.run(function()
+        local db = assert(pg.connect(url))
+        assert.equal(#postgres.migrations, db:query("SELECT count(*) AS c FROM moongraph_migrations")[1].c)
+        local t = db:query([[SELECT count(*) AS c FROM information_schema.tables
+          WHERE table_name LIKE 'moongraph_%']])[1].c
+        assert.equal(4, t)
+        -- and the schema works
+        local s = postgres.new(db)
+        assert(s:put({ thread_id = "t" }, { v = 1, id = "0001", step = 0, values = { a = 1 }, next = {} }, {}))
+        assert.equal(1, s:get({ thread_id = "t" }).checkpoint.values.a)
+      end)
+    end)
+  end)
+
+  describe("state values", function()
+    local function count(db, sql, params) return db:query(sql, params)[1].c end
+
+    it("a 1 MiB value that does not change is stored once", function()
+      local url = fresh_db()
+      mg.run(function()
+        local big = string.rep("0123456789abcdef", 65536)      -- 1 MiB
+        local g = mg.graph { n = mg.reducers.add }
+        local names = {}
+        for i = 1, 10 do
+          names[i] = "step" .. i
+          g:add_node(names[i], function() return { n = 1 } end)
+        end
+        g:add_edge(mg.START, names[1])
+        for i = 1, 9 do g:add_edge(names[i], names[i + 1]) end
+        local saver = postgres.new(url)
+        local app = g:compile { checkpointer = saver, durability = "sync" }
+        local out = assert(app:invoke({ big = big, n = 0 }, { thread_id = "big" }))
+        assert.equal(10, out.n)
+        local db = assert(pg.connect(url))
+        assert.equal(11, count(db, "SELECT count(*) AS c FROM moongraph_checkpoints WHERE thread_id = 'big'"))
+        assert.equal(1, count(db, "SELECT count(*) AS c FROM moongraph_checkpoint_blobs WHERE channel = 'big'"))
+        local bytes = count(db, [[SELECT sum(octet_length(value::text)) AS c
+          FROM moongraph_checkpoint_blobs WHERE thread_id = 'big']])
+        assert.is_true(bytes < #big + 4096, "bytes stored: " .. bytes)
+        -- n changed every step: one version per checkpoint
+        assert.equal(11, count(db, "SELECT count(*) AS c FROM moongraph_checkpoint_blobs WHERE channel = 'n'"))
+
+        -- a new saver (a new process) continuing the thread reuses the stored value
+        local again = postgres.new(url)
+        local app2 = g:compile { checkpointer = again, durability = "sync" }
+        out = assert(app2:invoke({ n = 0 }, { thread_id = "big" }))
+        assert.equal(20, out.n)
+        assert.equal(big, out.big)
+        assert.equal(1, count(db, "SELECT count(*) AS c FROM moongraph_checkpoint_blobs WHERE channel = 'big'"))
+        local tup = again:get { thread_id = "big" }
+        assert.equal(big, tup.checkpoint.values.big)
+      end)
+    end)
+
+    it("keeps every checkpoint readable with async durability", function()
+      local url = fresh_db()
+      mg.run(function()
+        local g = mg.graph { log = mg.reducers.append }
+        for i = 1, 10 do
+          g:add_node("n" .. i, function() return { log = i, last = i } end)
+          if i == 1 then g:add_edge(mg.START, "n1") else g:add_edge("n" .. (i - 1), "n" .. i) end
+        end
+        local saver = postgres.new(url)
+        local app = g:compile { checkpointer = saver, durability = "async" }
+        for t = 1, 5 do
+          local out = assert(app:invoke({ log = {} }, { thread_id = "a" .. t }))
+          assert.equal(10, #out.log)
+        end
+        for t = 1, 5 do
+          local list = assert(saver:list { thread_id = "a" .. t })
+          assert.equal(11, #list)
+          for _, tup in ipairs(list) do
+            -- step s holds the logs of nodes 1..s
+            assert.equal(tup.checkpoint.step, #tup.checkpoint.values.log)
+          end
+        end
+      end)
+    end)
+
+    it("stores thread ids, keys and values with quotes and SQL verbatim", function()
+      local url = fresh_db()
+      mg.run(function()
+        local s = postgres.new(url)
+        local nasty = "'; DROP TABLE moongraph_checkpoints; --"
+        local values = { [nasty] = nasty, ["a\"b"] = { "\\", "$1", "\n" } }
+        assert(s:put({ thread_id = nasty, checkpoint_ns = nasty }, {
+          v = 1, id = "0001", step = 0, values = values, next = {},
+        }, { note = nasty }))
+        assert(s:put_writes({ thread_id = nasty, checkpoint_ns = nasty, checkpoint_id = "0001" },
+          nasty, { { nasty, nasty } }))
+        local tup = s:get { thread_id = nasty, checkpoint_ns = nasty }
+        assert.same(values, tup.checkpoint.values)
+        assert.equal(nasty, tup.metadata.note)
+        assert.same({ { nasty, nasty, nasty } }, tup.pending_writes)
+        assert.is_true(s:delete_thread(nasty))
+        assert.is_nil(s:get { thread_id = nasty, checkpoint_ns = nasty })
+      end)
+    end)
+
+    it("reports a checkpoint whose value row is missing instead of inventing state", function()
+      local url = fresh_db()
+      mg.run(function()
+        local s = postgres.new(url)
+        assert(s:put({ thread_id = "t" }, { v = 1, id = "0001", step = 0, values = { a = 1 }, next = {} }, {}))
+        local db = assert(pg.connect(url))
+        assert(db:query("DELETE FROM moongraph_checkpoint_blobs WHERE channel = 'a'"))
+        local tup, err = s:get { thread_id = "t" }
+        assert.is_nil(tup)
+        assert.matches("missing value of 'a'", err)
+      end)
+    end)
+
+    it("fails with the reason when the database is unreachable", function()
+      mg.run(function()
+        local s = postgres.new("postgresql://postgres@127.0.0.1:1/none")
+        local ok, err = s:put({ thread_id = "t" }, { v = 1, id = "0001", step = 0, values = {}, next = {} }, {})
+        assert.is_nil(ok)
+        assert.matches("cannot connect", err)
+      end)
+    end)
+
+    it("raises on bad arguments", function()
+      assert.has_error(function() postgres.new(42) end)
+      assert.has_error(function() postgres.new("postgresql://x", { colour = 1 }) end)
+      assert.has_error(function() postgres.new("postgresql://x", { pool_size = 0 }) end)
+    end)
+  end)
+end)

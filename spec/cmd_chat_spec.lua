@@ -1,0 +1,246 @@
+-- `moongraph chat`, the main job, through the moongraph executable: offline
+-- on embedded defaults, across turns of a thread, with failing services on
+-- the local test server, and with an LLM streaming through it.
+local mg = require "moongraph"
+local cjson = require "cjson"
+local cli = require "cli"
+local testserver = require "testserver"
+
+local SEED = "종이 어떻게 버려? 그리고 수거함도 알려줘"
+
+local function tmpdir()
+  local d = os.tmpname()
+  os.remove(d)
+  assert(os.execute("mkdir -p " .. cli.quote(d)))
+  return d
+end
+
+-- Environment for a run: a private state directory, every service and the
+-- LLM unset unless given.
+local function env(dir, extra)
+  local vars = {
+    MOONGRAPH_STATE_DIR = dir,
+    MOONGRAPH_LLM_BASE_URL = "", MOONGRAPH_LLM_API_KEY = "", MOONGRAPH_LLM_MODEL = "",
+  }
+  for _, s in ipairs({ "KAKAO", "KMA", "TAVILY", "IMAGE", "CHARACTER", "BULK_WASTE",
+                       "RECYCLABLE_PRICE", "COLLECTION_POINT" }) do
+    vars["MOONGRAPH_" .. s .. "_BASE_URL"] = ""
+    vars["MOONGRAPH_" .. s .. "_API_KEY"] = ""
+  end
+  for k, v in pairs(extra or {}) do vars[k] = v end
+  local parts = {}
+  for k, v in pairs(vars) do parts[#parts + 1] = k .. "=" .. cli.quote(v) end
+  table.sort(parts)
+  return "env " .. table.concat(parts, " ")
+end
+
+local function last_json(out)
+  local last
+  for line in out:gmatch("[^\n]+") do last = line end
+  return cjson.decode(last)
+end
+
+local function chat(dir, args, extra)
+  local a = { "chat" }
+  for _, x in ipairs(args) do a[#a + 1] = x end
+  return cli.run(a, { env = env(dir, extra) })
+end
+
+describe("moongraph chat", function()
+  local dir
+  before_each(function() dir = tmpdir() end)
+  after_each(function() os.execute("rm -rf " .. cli.quote(dir)) end)
+
+  describe("usage", function()
+    it("needs a message", function()
+      local r = chat(dir, {})
+      assert.are.equal(2, r.code)
+      assert.matches("chat: missing MESSAGE", r.err)
+      assert.matches("usage: chat %[%-%-thread ID%]", r.err)
+    end)
+
+    it("rejects unknown options and a second message", function()
+      assert.are.equal(2, chat(dir, { "--nope", "x" }).code)
+      assert.are.equal(2, chat(dir, { "a", "b" }).code)
+      assert.are.equal(2, chat(dir, { "--thread" }).code)
+      assert.are.equal(2, chat(dir, { "--thread", "a b", "x" }).code)
+    end)
+
+    it("says where the pipeline must be when it is not on the module path", function()
+      local bin = cli.bin:sub(1, 1) == "/" and cli.bin or (os.getenv("PWD") .. "/" .. cli.bin)
+      local p = io.popen("cd /tmp && " .. env(dir, { MOONGRAPH_PATH = "" }) .. " " .. cli.quote(bin) .. " chat x 2>&1; echo \"exit=$?\"")
+      local out = p:read("a")
+      p:close()
+      assert.matches("not on the module path; run from the repository root or set MOONGRAPH_PATH", out)
+      assert.matches("exit=1", out)
+    end)
+
+    it("is listed in the help", function()
+      local r = cli.run({ "help" })
+      assert.matches("chat%s+ask the Eco² chat pipeline", r.out)
+    end)
+  end)
+
+  describe("offline, on the embedded defaults", function()
+    it("answers the seed's multi-intent example and ends stdout with the state as JSON", function()
+      local r = chat(dir, { "--location", "서울특별시 강남구", "--json", SEED })
+      assert.are.equal(0, r.code, r.err)
+      local s = last_json(r.out)
+      assert.are.equal("waste", s.intent)
+      assert.are.same({ "collection_point" }, s.additional_intents)
+      assert.are.same({ "waste_rag", "collection_point", "weather" }, s.nodes_run)
+      assert.is_true(s.contexts.waste_rag.ok)
+      assert.is_true(s.contexts.collection_point.sample)
+      assert.is_true(s.contexts.weather.unavailable)
+      assert.are.equal("offline", s.answer_source)
+      assert.matches("^%[오프라인 답변%]", s.answer)
+      -- the answer streamed to stdout before the JSON line
+      local streamed = r.out:sub(1, #r.out - #cjson.encode(s))
+      assert.matches("종이류: 물기에 젖지 않게", streamed)
+      assert.matches("※ 날씨 정보: 오프라인이라", streamed)
+      -- the steps, with the parallel one, on stderr
+      assert.matches("step 1%s+intent", r.err)
+      assert.matches("step 2%s+3 nodes in parallel: waste_rag ∥ collection_point ∥ weather", r.err)
+      assert.matches("∥ collection_point%s+[%d.]+ ms%s+ok, sample data", r.err)
+      assert.matches("step 3%s+aggregator", r.err)
+      assert.matches("offline: no LLM configured", r.err)
+      -- timings per node in the JSON
+      local seen = {}
+      for _, t in ipairs(s.timings) do seen[t.node] = t.step end
+      assert.are.equal(2, seen.waste_rag)
+      assert.are.equal(2, seen.weather)
+      assert.are.equal(1, seen.intent)
+    end)
+
+    it("continues a thread: the seed's three-turn transition example", function()
+      local turns = {
+        { "냉장고 버리려면 어떻게 해?", "bulk_waste", nil, 0 },
+        { "팔 수 있어?", "recyclable_price", "bulk_waste", 0.08 },
+        { "근처에 어디서 팔아?", "location", "recyclable_price", 0.1 },
+      }
+      for i, t in ipairs(turns) do
+        local r = chat(dir, { "--thread", "seed-demo", "--json", t[1] })
+        assert.are.equal(0, r.code, r.err)
+        local s = last_json(r.out)
+        assert.are.equal(i, s.turn)
+        assert.are.equal(t[2], s.intent)
+        assert.are.equal(t[3], s.prev_intent)
+        assert.are.equal(t[4], s.transition_boost)
+        assert.are.equal(2 * i, s.history_messages)
+        assert.are.equal("seed-demo", s.thread_id)
+        if i > 1 then assert.matches("previous intent " .. t[3], r.err) end
+      end
+      -- the thread lives in file checkpoints under the state directory
+      local p = io.popen("ls " .. cli.quote(dir .. "/seed-demo/root") .. " | grep -c 'json$'")
+      local n = tonumber(p:read("a"))
+      p:close()
+      assert.is_true(n >= 3)
+    end)
+
+    it("starts a new thread without --thread and says how to continue it", function()
+      local r = chat(dir, { "페트병 어떻게 버려?" })
+      assert.are.equal(0, r.code, r.err)
+      local id = r.err:match("continue with: moongraph chat %-%-thread (%S+)")
+      assert.is_string(id)
+      local r2 = chat(dir, { "--thread", id, "--json", "근처 수거함은?" })
+      assert.are.equal(0, r2.code, r2.err)
+      local s = last_json(r2.out)
+      assert.are.equal(2, s.turn)
+      assert.are.equal("waste", s.prev_intent)
+    end)
+
+    it("writes the Chrome trace of the run", function()
+      local trace = dir .. "/trace.json"
+      local r = chat(dir, { "--location", "서울특별시 강남구", "--trace", trace, SEED })
+      assert.are.equal(0, r.code, r.err)
+      assert.matches("Chrome trace written to", r.err)
+      local f = assert(io.open(trace))
+      local doc = cjson.decode(f:read("a"))
+      f:close()
+      local lanes = {}
+      for _, e in ipairs(doc.traceEvents) do
+        if e.ph == "X" and e.cat == "task" then lanes[e.name] = e.tid end
+      end
+      -- the parallel nodes of one step are drawn on lanes of their own
+      assert.is_number(lanes.waste_rag)
+      assert.is_number(lanes.collection_point)
+      assert.is_number(lanes.weather)
+      assert.are_not.equal(lanes.waste_rag, lanes.collection_point)
+      assert.are_not.equal(lanes.collection_point, lanes.weather)
+    end)
+  end)
+
+  describe("with services on the test server", function()
+    local srv
+    setup(function() srv = testserver.start() end)
+    teardown(function() srv:stop() end)
+    before_each(function() mg.run(function() srv:reset() end) end)
+
+    it("a failing fail_open service leaves the answer whole and named", function()
+      mg.run(function() srv:record { path = "/getVilageFcst", status = 500, body = "{}" } end)
+      local r = chat(dir, { "--location", "서울특별시 강남구", "--json", SEED },
+        { MOONGRAPH_KMA_BASE_URL = srv.url, MOONGRAPH_KMA_API_KEY = "k" })
+      assert.are.equal(0, r.code, r.err)
+      local s = last_json(r.out)
+      assert.matches("^weather: HTTP 500", s.contexts.weather.error)
+      assert.are.equal("weather", s.errors[1].node)
+      assert.matches("종이류", s.answer)
+      assert.matches("※ 날씨 정보: 가져오지 못했습니다 %(weather: HTTP 500", s.answer)
+      assert.matches("∥ weather%s+[%d.]+ ms%s+failed: weather: HTTP 500", r.err)
+    end)
+
+    it("a failing character service ends the run with a clear message", function()
+      mg.run(function() srv:record { path = "/v1/characters", status = 503, body = "{}" } end)
+      local r = chat(dir, { "--json", "캐릭터 어떻게 얻어?" },
+        { MOONGRAPH_CHARACTER_BASE_URL = srv.url })
+      assert.are.equal(1, r.code)
+      assert.matches("죄송합니다%. 캐릭터 정보 서비스에 문제가 있어 답변을 완성하지 못했어요", r.out)
+      assert.matches("the run ended: node 'character' failed: character: HTTP 503", r.err)
+      local s = last_json(r.out)
+      assert.are.equal("character", s.failed_node)
+      assert.matches("HTTP 503", s.error)
+      assert.are.equal("character", s.intent)
+    end)
+
+    it("streams the LLM's tokens to stdout as they arrive", function()
+      local chunks = { "페트병은 ", "라벨을 떼고 ", "찌그러뜨려 ", "배출하세요." }
+      mg.run(function() srv:script {
+        { content = cjson.encode { intent = "waste", additional_intents = {}, confidence = 0.9 } },
+        { chunks = chunks, hold = "answer" },     -- pauses after the first chunk
+        { content = cjson.encode { faithfulness = 1, groundedness = 1, context_relevance = 1,
+                                   answer_relevance = 1 } },
+      } end)
+      local cmd = env(dir, { MOONGRAPH_LLM_BASE_URL = srv.url .. "/v1", MOONGRAPH_LLM_API_KEY = "k",
+                             MOONGRAPH_LLM_MODEL = "m" })
+        .. " timeout 60 " .. cli.bin .. " chat --json " .. cli.quote("페트병 어떻게 버려?")
+        .. " 2>" .. cli.quote(dir .. "/err")
+      local p = assert(io.popen(cmd, "r"))
+      -- the first token is on stdout while the server still holds the rest
+      local first = "\n" .. chunks[1]
+      assert.are.equal(first, p:read(#first))
+      local held = mg.run(function() return srv:requests("/v1/chat/completions") end)
+      assert.are.equal(2, #held)       -- intent, then the answer's stream (still open)
+      mg.run(function() srv:release("answer") end)
+      local rest = p:read("a")
+      local ok, _, code = p:close()
+      assert.is_true(ok, "exit " .. tostring(code))
+      assert.matches("^라벨을 떼고 찌그러뜨려 배출하세요%.", rest)
+      local s = last_json(rest)
+      assert.are.equal("llm", s.answer_source)
+      assert.are.equal("llm", s.intent_source)
+      assert.are.equal("llm", s.quality.method)
+      local f = assert(io.open(dir .. "/err"))
+      assert.matches("LLM configured", f:read("a"))
+      f:close()
+    end)
+  end)
+
+  it("with node_timeouts, a node over its deadline is recorded under its policy", function()
+    local r = cli.run({ "run", "spec/support/chat_node_timeout.lua" }, { env = env(dir) })
+    assert.are.equal(0, r.code, r.err)
+    local s = last_json(r.out)
+    assert.matches("node 'weather' timed out after 0%.2 s", s.weather_error)
+    assert.is_true(s.answered)
+    assert.matches("※ 날씨 정보: 가져오지 못했습니다", s.answer)
+  end)
+end)

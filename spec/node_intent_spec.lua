@@ -1,0 +1,42 @@
+local intent_node = require "nodes.intent"
+
+describe("intent node", function()
+  it("classifies, routes and opens the turn", function()
+    local up = intent_node.run({ message = "종이 어떻게 버려? 그리고 수거함도 알려줘",
+                                 user_location = "서울특별시 강남구" }, {})
+    assert.are.equal(1, up.turn)
+    assert.are.equal("waste", up.intent)
+    assert.are.same({ "collection_point" }, up.additional_intents)
+    assert.are.equal("offline", up.intent_source)
+    local nodes = {}
+    for i, d in ipairs(up.routing) do nodes[i] = d.node .. ":" .. d.rule end
+    assert.are.same({ "waste_rag:primary", "collection_point:multi_intent",
+                      "weather:enrichment:waste->weather" }, nodes)
+    assert.are.same({ role = "user", content = "종이 어떻게 버려? 그리고 수거함도 알려줘",
+                      turn = 1, intent = "waste" }, up.messages)
+    -- the per-turn keys start empty
+    assert.are.same(intent_node.RESET, up.contexts)
+    assert.are.same(intent_node.RESET, up.node_runs)
+    assert.are.same(intent_node.RESET, up.errors)
+    assert.is_false(up.prev_intent)
+  end)
+
+  it("takes the previous turn's intent from the state for the transition boost", function()
+    local up = intent_node.run({ message = "팔 수 있어?", intent = "bulk_waste", turn = 1 }, {})
+    assert.are.equal(2, up.turn)
+    assert.are.equal("bulk_waste", up.prev_intent)
+    assert.are.equal("recyclable_price", up.intent)
+    assert.are.equal(0.08, up.transition_boost)
+  end)
+
+  it("ignores a previous intent that is not one of the nine", function()
+    local up = intent_node.run({ message = "페트병 어떻게 버려?", intent = "nonsense" }, {})
+    assert.is_false(up.prev_intent)
+    assert.are.equal(0, up.transition_boost)
+  end)
+
+  it("raises on an empty message", function()
+    assert.has_error(function() intent_node.run({ message = "  " }, {}) end,
+      "intent: the message (state.message) is empty")
+  end)
+end)

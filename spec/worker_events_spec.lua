@@ -1,0 +1,150 @@
+-- Job event streams against a real redis-server: written in order, once,
+-- through a Redis restart; followed with catch-up and reconnection.
+local mg = require "moongraph"
+local redis = require "moongraph.redis"
+local servers = require "servers"
+local events = require "moongraph.worker.events"
+
+local srv
+
+local function ids_increase(entries)
+  local prev_ms, prev_seq = -1, -1
+  for _, e in ipairs(entries) do
+    local ms, seq = e[1]:match("^(%d+)%-(%d+)$")
+    ms, seq = tonumber(ms), tonumber(seq)
+    if not (ms > prev_ms or (ms == prev_ms and seq > prev_seq)) then return false end
+    prev_ms, prev_seq = ms, seq
+  end
+  return true
+end
+
+local function field(e, name)
+  for i = 1, #e[2] - 1, 2 do if e[2][i] == name then return e[2][i + 1] end end
+end
+
+describe("worker events", function()
+  setup(function() srv = servers.redis { persist = true } end)
+  teardown(function() if srv then srv:destroy() end end)
+
+  it("writes pushed events in order, many per round trip", function()
+    local entries = mg.run(function()
+      local r = assert(redis.connect(srv.url))
+      local em = events.emitter(r, "ev:order", {})
+      for i = 1, 1000 do em:push("token", { text = tostring(i) }) end
+      assert.is_true(em:flush())
+      em:close()
+      return r:call("XRANGE", "ev:order", "-", "+")
+    end)
+    assert.equal(1000, #entries)
+    for i, e in ipairs(entries) do
+      assert.equal("token", field(e, "type"))
+      assert.equal('{"text":"' .. i .. '"}', field(e, "data"))
+    end
+    assert.is_true(ids_increase(entries))
+  end)
+
+  it("keeps events pushed while Redis is down and writes them once it is back", function()
+    local entries = mg.run(function()
+      local r = assert(redis.connect(srv.url))
+      local em = events.emitter(r, "ev:restart", {})
+      for i = 1, 50 do em:push("token", { text = tostring(i) }) end
+      em:flush()
+      srv:stop("term")
+      for i = 51, 100 do em:push("token", { text = tostring(i) }) end
+      mg.sleep(0.2)   -- the writer meets the outage and retries
+      srv:start()
+      for i = 101, 150 do em:push("token", { text = tostring(i) }) end
+      em:flush()
+      em:close()
+      return r:call("XRANGE", "ev:restart", "-", "+")
+    end)
+    assert.equal(150, #entries)
+    for i, e in ipairs(entries) do assert.equal('{"text":"' .. i .. '"}', field(e, "data")) end
+    assert.is_true(ids_increase(entries))
+  end)
+
+  it("continues a stream after the ids of an earlier attempt", function()
+    local entries = mg.run(function()
+      local r = assert(redis.connect(srv.url))
+      assert(r:call("XADD", "ev:resume", "99999999999999-5", "type", "node_start", "data", "{}"))
+      local em = events.emitter(r, "ev:resume", {})
+      em:push("node_end", { node = "a" })
+      em:flush()
+      return r:call("XRANGE", "ev:resume", "-", "+")
+    end)
+    assert.equal(2, #entries)
+    assert.equal("99999999999999-6", entries[2][1])
+  end)
+
+  it("finishes a stream once: a second finish adds nothing", function()
+    local entries, first, second, ttl = mg.run(function()
+      local r = assert(redis.connect(srv.url))
+      local em = events.emitter(r, "ev:done", {})
+      em:push("token", { text = "a" })
+      em:flush()
+      local list = { { "answer", { answer = "a" } }, { "done", { status = "done" } } }
+      local a = events.finish(r, "ev:done", list, { ttl = 60 })
+      local b = events.finish(r, "ev:done", list, { ttl = 60 })
+      return r:call("XRANGE", "ev:done", "-", "+"), a, b, r:call("TTL", "ev:done")
+    end)
+    assert.is_true(first)
+    assert.is_false(second)
+    assert.same({ "token", "answer", "done" },
+      { field(entries[1], "type"), field(entries[2], "type"), field(entries[3], "type") })
+    assert.is_true(ttl > 0 and ttl <= 60)
+  end)
+
+  it("follows from a last id: catch-up, then new events, to done", function()
+    local got, last = mg.run(function()
+      local r = assert(redis.connect(srv.url))
+      local em = events.emitter(r, "ev:follow", {})
+      for i = 1, 10 do em:push("token", { text = tostring(i) }) end
+      em:flush()
+      local all = r:call("XRANGE", "ev:follow", "-", "+")
+      local from = all[4][1]                      -- a client that saw 4 events
+      local seen = {}
+      local follower = mg.spawn(function()
+        local c = assert(redis.connect(srv.url))
+        return events.follow(c, "ev:follow", { last_id = from, block = 0.2,
+          on_event = function(ev) seen[#seen + 1] = ev.data.text or ev.type end })
+      end)
+      mg.sleep(0.05)
+      for i = 11, 20 do em:push("token", { text = tostring(i) }) end
+      em:flush()
+      events.finish(r, "ev:follow", { { "done", { status = "done" } } }, {})
+      local ok, l = follower:join()
+      assert(ok, l)
+      return seen, l
+    end)
+    local want = {}
+    for i = 5, 20 do want[#want + 1] = tostring(i) end
+    want[#want + 1] = "done"
+    assert.same(want, got)
+    assert.matches("^%d+%-%d+$", last)
+  end)
+
+  it("a follower survives a Redis restart and gets every event once, in order", function()
+    local got = mg.run(function()
+      local r = assert(redis.connect(srv.url))
+      local em = events.emitter(r, "ev:bounce", {})
+      for i = 1, 5 do em:push("token", { text = tostring(i) }) end
+      em:flush()
+      local seen, retries = {}, 0
+      local follower = mg.spawn(function()
+        local c = assert(redis.connect(srv.url))
+        return events.follow(c, "ev:bounce", { block = 0.2,
+          on_retry = function() retries = retries + 1 end,
+          on_event = function(ev) seen[#seen + 1] = ev.data.text or ev.type end })
+      end)
+      mg.sleep(0.1)
+      srv:restart("term")
+      for i = 6, 10 do em:push("token", { text = tostring(i) }) end
+      em:flush()
+      events.finish(r, "ev:bounce", { { "done", { status = "done" } } }, {})
+      assert(follower:join())
+      assert(retries > 0, "the follower never saw the restart")
+      return seen
+    end)
+    assert.same({ "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "done" }, got)
+  end)
+end)
