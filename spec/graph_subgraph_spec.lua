@@ -5,6 +5,12 @@ local R = G.reducers
 
 local function run(fn) return mg.run(fn) end
 
+local function tmpdir()
+  local p = os.tmpname()
+  os.remove(p)
+  return p
+end
+
 -- the GCRI shape: a branch subgraph per strategy, fanned out with Send
 local function hypothesis_branch()
   local b = G.new { raw_hypotheses = R.append }
@@ -137,4 +143,320 @@ describe("subgraphs", function()
     assert.equal(1, inner_runs)   -- the subgraph resumed from its own checkpoint
   end)
 
+  it("a plain fallback of a subgraph node gets its own resume value", function()
+    local sub = G.new()
+    sub:add_node("inner", function() error("inner down", 0) end)
+    sub:add_edge(START, "inner")
+    local g = G.new()
+    g:add_node("primary", sub:compile(), { policy = { fallback = "ask" } })
+    g:add_node("ask", function(_, ctx) return { answer = ctx.interrupt "manual answer?" } end)
+    g:add_edge(START, "primary")
+    local app = g:compile { checkpointer = G.checkpoint.memory() }
+    run(function()
+      local cfg = { thread_id = "fb" }
+      local out = app:invoke({}, cfg)
+      assert.equal("manual answer?", out.__interrupt__[1].value)
+      out = assert(app:invoke(Command { resume = "42" }, cfg))
+      assert.equal("42", out.answer)
+    end)
+  end)
+
+  -- A retried subgraph node resumes from the subgraph's own last checkpoint
+  -- (its finished inner nodes do not run again), whatever the durability.
+  for _, durability in ipairs { "sync", "async", "exit" } do
+    local function retried(second_node)
+      local runs = { first = 0, second = 0 }
+      local sub = G.new()
+      sub:add_node("first", function() runs.first = runs.first + 1; return { a = 1 } end)
+      sub:add_node("second", function(_, ctx)
+        runs.second = runs.second + 1
+        return second_node(runs.second, ctx)
+      end)
+      sub:add_edge(START, "first"):add_edge("first", "second")
+      local g = G.new { "a", "b" }
+      g:add_node("sub", sub:compile(), { timeout = 1.5,
+        retry = { max_attempts = 2, initial_interval = 0, jitter = false } })
+      g:add_edge(START, "sub")
+      local dir = tmpdir()
+      local app = g:compile { checkpointer = G.checkpoint.file(dir), durability = durability }
+      local out, err = run(function() return app:invoke({}, { thread_id = "retry" }) end)
+      os.execute("rm -rf " .. dir)
+      return out, err, runs
+    end
+
+    it("a retried subgraph node resumes from its inner checkpoint (durability " .. durability .. ")", function()
+      local out, err, runs = retried(function(n)
+        if n == 1 then error("flaky") end
+        return { b = 2 }
+      end)
+      assert.is_nil(err)
+      assert.same({ a = 1, b = 2 }, { a = out.a, b = out.b })
+      assert.same({ first = 1, second = 2 }, runs)
+    end)
+
+    it("a subgraph attempt cut by its timeout resumes from its inner checkpoint (durability " ..
+        durability .. ")", function()
+      local out, err, runs = retried(function(n)
+        if n == 1 then mg.sleep(30) end
+        return { b = 2 }
+      end)
+      assert.is_nil(err)
+      assert.equal(2, out.b)
+      assert.same({ first = 1, second = 2 }, runs)
+    end)
+  end
+
+end)
+
+describe("update_state in a subgraph's namespace", function()
+  local function review_graph(runs)
+    local sub = G.new { notes = R.append }
+    sub:add_node("draft", function() runs.draft = (runs.draft or 0) + 1; return { notes = "drafted" } end)
+    sub:add_node("review", function(_, ctx) return { verdict = ctx.interrupt "ok?" } end)
+    sub:add_node("publish", function(s) return { published = table.concat(s.notes, "+") } end)
+    sub:add_edge(START, "draft"):add_edge("draft", "review"):add_edge("review", "publish")
+    local g = G.new { published = "last" }
+    g:add_node("writer", sub:compile())
+    g:add_edge(START, "writer")
+    return g:compile { checkpointer = G.checkpoint.memory() }
+  end
+
+  it("writes through the subgraph's reducers and plans from the subgraph's nodes", function()
+    local runs = {}
+    local app = review_graph(runs)
+    run(function()
+      local cfg = { thread_id = "sub-update" }
+      local out = app:invoke({}, cfg)
+      local ns = out.__interrupt__[1].ns
+      assert.matches("^writer:", ns)
+      -- as if the subgraph's "review" node had written it: "publish" is next
+      local new_cfg = assert(app:update_state({ thread_id = "sub-update", checkpoint_ns = ns },
+        { notes = "edited", verdict = "yes" }, "review"))
+      assert.equal(ns, new_cfg.checkpoint_ns)
+      local st = app:get_state(new_cfg)
+      assert.same({ "drafted", "edited" }, st.values.notes)   -- append: the subgraph's reducer
+      assert.same({ "publish" }, st.next)
+      out = assert(app:invoke(nil, cfg))
+      assert.equal("drafted+edited", out.published)
+    end)
+    assert.equal(1, runs.draft)
+  end)
+
+  it("restarts a subgraph from its entry with mg.START", function()
+    local runs = {}
+    local app = review_graph(runs)
+    run(function()
+      local out = app:invoke({}, { thread_id = "sub-start" })
+      local cfg = { thread_id = "sub-start", checkpoint_ns = out.__interrupt__[1].ns }
+      assert(app:update_state(cfg, { notes = "again" }, START))
+      assert.same({ "draft" }, app:get_state(cfg).next)
+    end)
+  end)
+
+  it("names a namespace that is not a subgraph node's, and a node the subgraph lacks", function()
+    local app = review_graph({})
+    run(function()
+      local out = app:invoke({}, { thread_id = "sub-bad" })
+      local ns = out.__interrupt__[1].ns
+      local ok, err = pcall(app.update_state, app, { thread_id = "sub-bad", checkpoint_ns = "nope:1:nope" }, {})
+      assert.is_false(ok)
+      assert.matches("checkpoint_ns 'nope:1:nope' is not the namespace of a subgraph node of this graph", err, 1, true)
+      ok, err = pcall(app.update_state, app, { thread_id = "sub-bad", checkpoint_ns = ns }, {}, "writer")
+      assert.is_false(ok)
+      assert.matches("unknown node 'writer'", err, 1, true)
+    end)
+  end)
+end)
+
+describe("ctx.run_subgraph", function()
+  local function inner_graph(runs)
+    local sub = G.new { notes = R.append }
+    sub:add_node("prep", function(s)
+      runs.prep = (runs.prep or 0) + 1
+      return { notes = "prep", topic = s.topic }
+    end)
+    sub:add_node("write", function(s, ctx)
+      ctx.emit("writing " .. s.topic)
+      return { notes = "write", draft = "about " .. s.topic }
+    end)
+    sub:add_edge(START, "prep"):add_edge("prep", "write")
+    return sub:compile { name = "writer" }
+  end
+
+  it("returns the subgraph's final state and its changes to the caller's keys", function()
+    local runs = {}
+    local writer = inner_graph(runs)
+    local g = G.new { notes = R.append, draft = "last", topic = "last" }
+    g:add_node("node", function(s, ctx)
+      local final, update = ctx.run_subgraph(writer, s)
+      assert.same({ "first", "prep", "write" }, final.notes)
+      assert.equal("about paper", final.draft)
+      return update
+    end)
+    g:add_edge(START, "node")
+    local out = run(function() return g:compile():invoke { topic = "paper", notes = { "first" } } end)
+    assert.same({ "first", "prep", "write" }, out.notes)   -- only the subgraph's own items came back
+    assert.equal("about paper", out.draft)
+  end)
+
+  it("tags stream events with the subgraph's namespace and shows every event to on_event", function()
+    local writer = inner_graph({})
+    local seen = {}
+    local g = G.new { notes = R.append, draft = "last" }
+    g:add_node("node", function(s, ctx)
+      local _, update = ctx.run_subgraph(writer, s, { ns_suffix = "w1",
+        on_event = function(ev) seen[#seen + 1] = ev.mode .. ":" .. tostring(ev.node) end })
+      return update
+    end)
+    g:add_edge(START, "node")
+    local app = g:compile { checkpointer = G.checkpoint.memory() }
+    local events = {}
+    run(function()
+      for ev in app:stream({ topic = "glass" }, { thread_id = "ns", modes = { "custom" } }) do
+        events[#events + 1] = ev
+      end
+    end)
+    assert.equal(1, #events)
+    assert.equal("writing glass", events[1].data)
+    assert.equal("write", events[1].node)
+    assert.matches("^node%.w1:1:node@%x+$", events[1].ns)
+    -- on_event saw the modes the caller's stream did not ask for as well
+    assert.truthy(table.concat(seen, " "):find("updates:prep", 1, true))
+    assert.truthy(table.concat(seen, " "):find("custom:write", 1, true))
+    assert.truthy(table.concat(seen, " "):find("values:nil", 1, true))
+    -- the subgraph checkpoints under that namespace
+    local st = app:get_state { thread_id = "ns", checkpoint_ns = events[1].ns }
+    assert.equal("about glass", st.values.draft)
+  end)
+
+  it("runs several subgraphs in one task under distinct ns_suffix values", function()
+    local writer = inner_graph({})
+    local g = G.new { drafts = R.append }
+    g:add_node("node", function(_, ctx)
+      local a = ctx.run_subgraph(writer, { topic = "a" }, { ns_suffix = "a" })
+      local b = ctx.run_subgraph(writer, { topic = "b" }, { ns_suffix = "b" })
+      return { drafts = { a.draft, b.draft } }
+    end)
+    g:add_edge(START, "node")
+    local out = run(function()
+      return g:compile { checkpointer = G.checkpoint.memory() }:invoke({}, { thread_id = "two" })
+    end)
+    assert.same({ "about a", "about b" }, out.drafts)
+  end)
+
+  it("refuses a second subgraph in a namespace the task already used", function()
+    local writer = inner_graph({})
+    local g = G.new()
+    g:add_node("node", function(_, ctx)
+      ctx.run_subgraph(writer, { topic = "a" })
+      ctx.run_subgraph(writer, { topic = "b" })
+    end)
+    g:add_edge(START, "node")
+    local out, err = run(function() return g:compile():invoke {} end)
+    assert.is_nil(out)
+    assert.matches("node 'node' ran two subgraphs in namespace 'node:1:node'; give each call its own ns_suffix", err,
+      1, true)
+  end)
+
+  it("propagates an interrupt inside the subgraph; resuming the caller resumes the subgraph", function()
+    local runs = {}
+    local sub = G.new()
+    sub:add_node("prep", function() runs.prep = (runs.prep or 0) + 1; return { prepared = true } end)
+    sub:add_node("confirm", function(_, ctx) return { confirmed = ctx.interrupt "sure?" } end)
+    sub:add_edge(START, "prep"):add_edge("prep", "confirm")
+    local asker = sub:compile()
+    local g = G.new()
+    g:add_node("node", function(_, ctx)
+      local final = ctx.run_subgraph(asker, {}, { ns_suffix = "ask" })
+      return { result = "confirmed=" .. tostring(final.confirmed) }
+    end)
+    g:add_edge(START, "node")
+    local app = g:compile { checkpointer = G.checkpoint.memory() }
+    run(function()
+      local cfg = { thread_id = "int" }
+      local out = app:invoke({}, cfg)
+      assert.equal("sure?", out.__interrupt__[1].value)
+      assert.matches("^node%.ask:", out.__interrupt__[1].ns)
+      out = assert(app:invoke(Command { resume = "yes" }, cfg))
+      assert.equal("confirmed=yes", out.result)
+    end)
+    assert.equal(1, runs.prep)
+  end)
+
+  it("routes a map of resume values to the node's own interrupt and to the subgraph's", function()
+    local sub = G.new { answers = R.append }
+    sub:add_node("q1", function(_, ctx) return { answers = "q1=" .. ctx.interrupt "first?" } end)
+    sub:add_node("q2", function(_, ctx) return { answers = "q2=" .. ctx.interrupt "second?" } end)
+    sub:add_edge(START, "q1"):add_edge(START, "q2")
+    local asker = sub:compile()
+    local g = G.new()
+    g:add_node("node", function(_, ctx)
+      local who = ctx.interrupt "who?"
+      local final = ctx.run_subgraph(asker, {}, { ns_suffix = "qs" })
+      return { result = who .. ": " .. table.concat(final.answers, ", ") }
+    end)
+    g:add_edge(START, "node")
+    local app = g:compile { checkpointer = G.checkpoint.memory() }
+    run(function()
+      local cfg = { thread_id = "map" }
+      local out = app:invoke({}, cfg)
+      assert.equal("who?", out.__interrupt__[1].value)
+      out = app:invoke(Command { resume = "kim" }, cfg)
+      assert.equal(2, #out.__interrupt__)
+      local map = {}
+      for _, it in ipairs(out.__interrupt__) do map[it.id] = it.value == "first?" and "a" or "b" end
+      out = assert(app:invoke(Command { resume = map }, cfg))
+      assert.equal("kim: q1=a, q2=b", out.result)
+    end)
+  end)
+
+  it("a retried node resumes the subgraph it ran from its inner checkpoint", function()
+    local runs = { prep = 0, flaky = 0 }
+    local sub = G.new()
+    sub:add_node("prep", function() runs.prep = runs.prep + 1; return { a = 1 } end)
+    sub:add_node("flaky", function()
+      runs.flaky = runs.flaky + 1
+      if runs.flaky == 1 then error("flaky") end
+      return { b = 2 }
+    end)
+    sub:add_edge(START, "prep"):add_edge("prep", "flaky")
+    local inner = sub:compile()
+    local g = G.new()
+    g:add_node("node", function(_, ctx)
+      local final = ctx.run_subgraph(inner, {}, { ns_suffix = "x" })
+      return { total = final.a + final.b }
+    end, { retry = { max_attempts = 2, initial_interval = 0, jitter = false } })
+    g:add_edge(START, "node")
+    local dir = tmpdir()
+    local app = g:compile { checkpointer = G.checkpoint.file(dir) }
+    local out, err = run(function() return app:invoke({}, { thread_id = "r" }) end)
+    os.execute("rm -rf " .. dir)
+    assert.is_nil(err)
+    assert.equal(3, out.total)
+    assert.same({ prep = 1, flaky = 2 }, runs)
+  end)
+
+  it("names bad arguments", function()
+    local writer = inner_graph({})
+    local function misuse(...)
+      local args = table.pack(...)
+      local g = G.new()
+      local msg
+      g:add_node("node", function(_, ctx)
+        local ok, e = pcall(ctx.run_subgraph, table.unpack(args, 1, args.n))
+        assert.is_false(ok)
+        msg = e
+      end)
+      g:add_edge(START, "node")
+      run(function() return g:compile():invoke {} end)
+      return msg
+    end
+    assert.matches("bad argument #1 to 'run_subgraph': compiled graph expected, got function",
+      misuse(print, {}), 1, true)
+    assert.matches("bad argument #2 to 'run_subgraph': table of state values expected, got nil",
+      misuse(writer, nil), 1, true)
+    assert.matches("unknown option 'ns' (expected ns_suffix, on_event)", misuse(writer, {}, { ns = "x" }), 1, true)
+    assert.matches("ns_suffix must be a non-empty string without", misuse(writer, {}, { ns_suffix = "a:b" }), 1, true)
+    assert.matches("on_event must be a function", misuse(writer, {}, { on_event = 1 }), 1, true)
+  end)
 end)

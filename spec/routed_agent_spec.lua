@@ -168,6 +168,22 @@ describe("routed agents: failover rules", function()
     assert.equal("routed agent 'desk': the router returned 'c', which is not one of its agents (a, b)", err)
   end)
 
+  it("a callable table works as the router", function()
+    local router = setmetatable({}, { __call = function() return "a" end })
+    local node = mg.routed_agent { agents = { a = function() return { answer = "A" } end }, router = router }
+    assert.same({ answer = "A" }, run(function() return node({}, {}) end))
+  end)
+
+  it("an agent that returns nil succeeds: the router is not called again", function()
+    local seen = {}
+    local node = mg.routed_agent { agents = { a = function() return nil end, b = answer({}, "b") },
+      router = walking_router(seen, { "a", "b" }) }
+    local out = run(function() return table.pack(node({}, {})) end)
+    assert.equal(1, out.n)
+    assert.is_nil(out[1])
+    assert.equal(1, #seen)
+  end)
+
   it("a router's own error propagates", function()
     local node = mg.routed_agent { agents = { a = function() end },
       router = function() error("classifier offline", 0) end }
@@ -364,6 +380,30 @@ describe("routed agents: interrupts", function()
     assert.equal("which store?", first.__interrupt__[1].value)
     local second = run(function() return app:invoke(Command { resume = "본죽 강남점" }, cfg) end)
     assert.equal("picked 본죽 강남점", second.answer)
+  end)
+
+  it("a compiled agent with two pending interrupts resumes with a map of their ids", function()
+    local b = G.new { answers = R.append }
+    b:add_node("store", function(_, ctx) return { answers = "store=" .. ctx.interrupt "which store?" } end)
+    b:add_node("period", function(_, ctx) return { answers = "period=" .. ctx.interrupt "which period?" } end)
+    b:add_edge(START, "store"):add_edge(START, "period")
+    local asker = b:compile { name = "asker" }
+    local node = mg.routed_agent { agents = { asker }, router = function() return "asker" end }
+    local g = G.new { answers = R.append }
+    g:add_node("agent", node)
+    g:add_edge(START, "agent")
+    local app = g:compile { checkpointer = mg.checkpoint.memory() }
+    local cfg = { thread_id = "t4" }
+    local first = run(function() return app:invoke({}, cfg) end)
+    assert.equal(2, #first.__interrupt__)
+    local map = {}
+    for _, it in ipairs(first.__interrupt__) do
+      assert.matches("^agent%.asker:", it.ns)
+      map[it.id] = it.value == "which store?" and "gangnam" or "march"
+    end
+    local second = run(function() return app:invoke(Command { resume = map }, cfg) end)
+    table.sort(second.answers)
+    assert.same({ "period=march", "store=gangnam" }, second.answers)
   end)
 
   it("a failed compiled agent and its fallback keep separate checkpoint namespaces", function()

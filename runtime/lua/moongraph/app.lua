@@ -20,6 +20,7 @@ resumes interrupts and/or updates state and picks the next nodes.
 local type, pairs, ipairs, error, setmetatable, getmetatable, tostring, pcall, next =
   type, pairs, ipairs, error, setmetatable, getmetatable, tostring, pcall, next
 local table_sort = table.sort
+local string_gmatch, string_match = string.gmatch, string.match
 local coroutine_running = coroutine.running
 
 local control = require "moongraph.control"
@@ -243,11 +244,27 @@ function app:history(cfg, opts)
   return in_task(history, self, cfg, opts or {})
 end
 
-local function update_state(self, cfg, values, as_node)
+-- The compiled graph whose checkpoints namespace ns holds: each level
+-- "name:task_id[@checkpoint]" names a subgraph node of the level above.
+-- -> graph | nil, the first name that is not a subgraph node
+local function graph_of_ns(self, ns)
+  local g = self
+  for seg in string_gmatch(ns .. "|", "([^|]*)|") do
+    local name = string_match(seg, "^([^:]*):")
+    local spec = name and g.nodes[name]
+    if not (spec and spec.sub) then return nil, name or seg end
+    g = spec.sub
+  end
+  return g
+end
+
+local function update_state(self, cfg, values, as_node, graph)
   local p = P()
   local R = p.new_run(self, cfg, nil, cfg.checkpoint_ns or "")
   R.io.mode = "sync"
   R.exit = nil
+  -- a subgraph's namespace: its own nodes, entry and reducers
+  R.app, R.nodes, R.reducers = graph, graph.nodes, graph.reducers
   local saver = self.checkpointer
   local ok, tup, err = pcall(saver.get, saver, cfg)
   if not ok then return nil, "checkpointer get failed: " .. tostring(tup) end
@@ -289,7 +306,7 @@ local function update_state(self, cfg, values, as_node)
   elseif as_node == control.START then
     plan = p.plan_start(R)
   else
-    local spec = self.nodes[as_node]
+    local spec = graph.nodes[as_node]
     local res = { status = "done" }
     local executor = require "moongraph.executor"
     if spec.branches[1] then
@@ -335,17 +352,33 @@ Writes `values` through the reducers as if node `as_node` had returned them
 and saves a new checkpoint (metadata.source = "update"). With as_node, the
 next nodes are the ones as_node's edges and routers lead to; without it, the
 checkpoint's planned nodes stay. mg.START as as_node restarts from the entry
-edges; mg.END ends the run. ]]
+edges; mg.END ends the run. With cfg.checkpoint_ns of a subgraph node's run,
+the subgraph's nodes, entry and reducers apply. ]]
 function app:update_state(cfg, values, as_node)
   cfg = check_cfg(cfg, "update_state")
   need_saver(self, cfg, "update_state")
   if values ~= nil and type(values) ~= "table" then
     error("bad argument #2 to 'update_state': table of state values expected, got " .. type(values), 2)
   end
-  if as_node ~= nil and as_node ~= control.START and as_node ~= control.END and not self.nodes[as_node] then
-    error("bad argument #3 to 'update_state': unknown node '" .. tostring(as_node) .. "'", 2)
+  local graph = self
+  local ns = cfg.checkpoint_ns
+  if ns ~= nil and ns ~= "" then
+    if type(ns) ~= "string" then
+      error("bad argument #1 to 'update_state': checkpoint_ns must be a string, got " .. type(ns), 2)
+    end
+    local name
+    graph, name = graph_of_ns(self, ns)
+    if not graph then
+      error("bad argument #1 to 'update_state': checkpoint_ns '" .. ns ..
+        "' is not the namespace of a subgraph node of this graph ('" .. tostring(name) ..
+        "' is not a subgraph node); subgraphs run by ctx.run_subgraph cannot be updated", 2)
+    end
   end
-  return in_task(update_state, self, cfg, values, as_node)
+  if as_node ~= nil and as_node ~= control.START and as_node ~= control.END and not graph.nodes[as_node] then
+    error("bad argument #3 to 'update_state': unknown node '" .. tostring(as_node) .. "'" ..
+      (graph ~= self and " in the subgraph of that checkpoint_ns" or ""), 2)
+  end
+  return in_task(update_state, self, cfg, values, as_node, graph)
 end
 
 ---------------------------------------------------------------------------

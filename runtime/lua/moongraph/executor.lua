@@ -15,8 +15,8 @@ would leave it, and returns a result record:
 It never raises: failures are data for the superstep runner (moongraph.pregel).
 ]]
 
-local type, pairs, tostring, error, xpcall, pcall, setmetatable, rawset, rawget =
-  type, pairs, tostring, error, xpcall, pcall, setmetatable, rawset, rawget
+local type, pairs, tostring, error, xpcall, pcall, setmetatable, getmetatable, rawset, rawget =
+  type, pairs, tostring, error, xpcall, pcall, setmetatable, getmetatable, rawset, rawget
 local math_random = math.random
 local string_find, string_sub = string.find, string.sub
 local traceback = debug.traceback
@@ -40,6 +40,12 @@ end
 local function handler(e)
   if type(e) == "string" then return traceback(e, 2) end
   return e
+end
+
+local function is_callable(v)
+  if type(v) == "function" then return true end
+  local mt = getmetatable(v)
+  return type(mt) == "table" and mt.__call ~= nil
 end
 
 -- First line of an error, without position noise from tracebacks.
@@ -101,6 +107,52 @@ function ctx_methods.interrupt(ctx)
   end
 end
 
+--[[ ctx.run_subgraph(app, input [, opts]) -> final state, update
+Runs compiled graph `app` as a subgraph of this task (see
+pregel.run_subgraph). opts: ns_suffix (a name of its own within the task:
+namespace <node>.<suffix>:<task_id>, needed to run more than one subgraph in
+a task), on_event (function(event) seeing every stream event of the run). ]]
+local app_mod
+local function check_subgraph_args(sub, input, opts)
+  app_mod = app_mod or require "moongraph.app"
+  if not app_mod.is_app(sub) then
+    error("bad argument #1 to 'run_subgraph': compiled graph expected, got " .. type(sub), 3)
+  end
+  if type(input) ~= "table" then
+    error("bad argument #2 to 'run_subgraph': table of state values expected, got " .. type(input), 3)
+  end
+  if opts == nil then return nil, nil end
+  if type(opts) ~= "table" then
+    error("bad argument #3 to 'run_subgraph': options table expected, got " .. type(opts), 3)
+  end
+  for k in pairs(opts) do
+    if k ~= "ns_suffix" and k ~= "on_event" then
+      error("bad argument #3 to 'run_subgraph': unknown option '" .. tostring(k) ..
+        "' (expected ns_suffix, on_event)", 3)
+    end
+  end
+  local suffix, on_event = opts.ns_suffix, opts.on_event
+  if suffix ~= nil and (type(suffix) ~= "string" or suffix == "" or string_find(suffix, "[:|/#@]")) then
+    error("bad argument #3 to 'run_subgraph': ns_suffix must be a non-empty string without ':', '|', '/', '#' or '@'", 3)
+  end
+  if on_event ~= nil and not is_callable(on_event) then
+    error("bad argument #3 to 'run_subgraph': on_event must be a function", 3)
+  end
+  return suffix, on_event
+end
+
+local pregel  -- moongraph.pregel, for subgraphs
+
+function ctx_methods.run_subgraph(ctx)
+  return function(sub, input, opts)
+    local suffix, on_event = check_subgraph_args(sub, input, opts)
+    pregel = pregel or require "moongraph.pregel"
+    local name = ctx.node
+    if suffix then name = name .. "." .. suffix end
+    return pregel.run_subgraph(ctx._R, ctx, sub, input, name, on_event)
+  end
+end
+
 -- fields computed on access, so that making a ctx costs one small table
 local ctx_fields = {
   config = function(ctx) return ctx._R.cfg end,
@@ -141,8 +193,6 @@ local function backoff(r, n)
 end
 _M.backoff = backoff
 
-local pregel  -- moongraph.pregel, for subgraph nodes
-
 local function call_node(spec, input, ctx)
   if spec.sub then
     pregel = pregel or require "moongraph.pregel"
@@ -152,7 +202,7 @@ local function call_node(spec, input, ctx)
 end
 
 local function attempt(spec, input, ctx)
-  ctx._ic = nil
+  ctx._ic, ctx._subns = nil, nil
   return xpcall(call_node, handler, spec, input, ctx)
 end
 
@@ -333,7 +383,7 @@ is recycled instead of making a new one. ]]
 function _M.run(R, t, reuse)
   local ctx = reuse and R.ctx
   if ctx then
-    ctx.node, ctx._t, ctx.attempt, ctx._ic = t.node, t, nil, nil
+    ctx.node, ctx._t, ctx.attempt, ctx._ic, ctx._subns = t.node, t, nil, nil, nil
   else
     ctx = setmetatable({ node = t.node, _R = R, _t = t }, ctx_mt)
     if reuse then R.ctx = ctx end

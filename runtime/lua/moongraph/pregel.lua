@@ -21,8 +21,8 @@ The run context R holds everything one run (or one subgraph run) needs:
   sink, trace                                streaming and tracing (or nil)
 ]]
 
-local type, pairs, ipairs, tostring, error, pcall, next, setmetatable =
-  type, pairs, ipairs, tostring, error, pcall, next, setmetatable
+local type, pairs, ipairs, tostring, error, pcall, next, setmetatable, rawget =
+  type, pairs, ipairs, tostring, error, pcall, next, setmetatable, rawget
 local table_sort, table_concat = table.sort, table.concat
 local string_format = string.format
 local math_floor, os_time, os_date = math.floor, os.time, os.date
@@ -156,6 +156,13 @@ local function cp_cfg(R, id)
   return { thread_id = R.thread_id, checkpoint_ns = R.ns, checkpoint_id = id }
 end
 
+-- async: wait until the writer has issued and finished every queued write
+local function io_drain(io)
+  local reply = runtime().queue()
+  io.q:put { flush = reply }
+  reply:get()
+end
+
 -- Wait until every write of this run is issued and done -> true | nil, err
 local function io_flush(R)
   local io = R.io
@@ -175,9 +182,7 @@ local function io_flush(R)
       ex.writes = {}
     end
   elseif io.mode == "async" and io.q and R.root then
-    local reply = runtime().queue()
-    io.q:put { flush = reply }
-    reply:get()
+    io_drain(io)
   end
   if io.err then return nil, io.err end
   return true
@@ -885,18 +890,16 @@ end
 
 -- resume values for interrupted tasks -> nil | error message
 local function assign_resume(R, plan, results, pending, resume)
-  local owners = {}     -- { {task=, ids={...}} }
+  local owners = {}     -- { {task=, list={interrupt records}} }
   local total, all_ids = 0, {}
   for i, t in ipairs(plan) do
     local p = pending[t.id]
     if results[i] == nil and p and p.interrupts then
-      local ids = {}
       for _, it in ipairs(p.interrupts) do
-        ids[#ids + 1] = it.id
         all_ids[#all_ids + 1] = it.id
       end
-      total = total + #ids
-      owners[#owners + 1] = { task = t, ids = ids }
+      total = total + #p.interrupts
+      owners[#owners + 1] = { task = t, list = p.interrupts }
     end
   end
   if total == 0 then
@@ -918,18 +921,37 @@ local function assign_resume(R, plan, results, pending, resume)
   end
   for _, o in ipairs(owners) do
     local t = o.task
-    local spec = R.nodes[t.node]
-    if spec.sub then
-      if map then
-        local sub = {}
-        for _, id in ipairs(o.ids) do if map[id] ~= nil then sub[id] = map[id] end end
-        if next(sub) then t.resume_cmd = sub end
+    -- interrupts raised inside a subgraph the task ran (a subgraph node, or
+    -- ctx.run_subgraph) resume that subgraph; the node's own ctx.interrupt
+    -- calls get their value in t.resume
+    local own, inner, inner_ns = nil, nil, {}
+    local sub_node = R.nodes[t.node].sub ~= nil
+    for _, it in ipairs(o.list) do
+      if it.ns ~= nil and it.ns ~= R.ns then
+        inner = inner or {}
+        inner[#inner + 1] = it.id
+        if inner_ns then inner_ns[#inner_ns + 1] = it.ns end
+      elseif it.ns == nil and sub_node then
+        -- a record without its namespace: the subgraph node's one subgraph
+        inner = inner or {}
+        inner[#inner + 1] = it.id
+        inner_ns = nil
       else
-        t.resume_cmd = resume
+        own = it.id
       end
-    else
+    end
+    if inner then
+      local cmd = resume
+      if map then
+        cmd = {}
+        for _, id in ipairs(inner) do if map[id] ~= nil then cmd[id] = map[id] end end
+        if not next(cmd) then cmd = nil end
+      end
+      t.resume_cmd, t.resume_ns = cmd, inner_ns
+    end
+    if own then
       local v
-      if map then v = map[o.ids[#o.ids]] else v = resume end
+      if map then v = map[own] else v = resume end
       if v ~= nil then
         local list = {}
         for i, x in ipairs(t.resume or {}) do list[i] = x end
@@ -1140,29 +1162,43 @@ local function deep_equal(a, b)
 end
 _M.deep_equal = deep_equal
 
---[[ subgraph(R, spec, input, ctx) -> update for the parent
-Runs a compiled graph as the body of a node: its own namespace
-(parent_ns|node:task_id), the parent's checkpointer, stream and trace. What
-the subgraph changed in the keys the parent declares is written back through
-the parent's reducers. ]]
-function _M.subgraph(R, spec, input, ctx)
-  local t = ctx._t
-  local sub = spec.sub
-  local ns = (R.ns ~= "" and (R.ns .. "|") or "") .. ctx.node .. ":" .. ctx.task_id
-  if R.cp_id then ns = ns .. "@" .. R.cp_id end
-  local SR = new_run(sub, R.cfg, R, ns)
-  if SR.io and SR.io.mode == "exit" then SR.exit = { writes = {} } end
-  if type(input) ~= "table" then
-    error("subgraph node '" .. ctx.node .. "' needs a table as input, got " .. type(input), 0)
+--[[ Before a retry attempt of task t runs the subgraph of namespace ns
+again: every write the earlier attempts made there must be in the saver, so
+that the subgraph resumes from its last checkpoint under every durability
+(async: the writer's queue drained; exit: the buffer of an attempt cut short
+by its timeout saved). ]]
+local function settle(R, t, ns)
+  local io = R.io
+  if io.mode == "async" then
+    if io.q then io_drain(io) end
+  elseif io.mode == "exit" then
+    local left = t.sub_exit and t.sub_exit[ns]
+    if left then
+      t.sub_exit[ns] = nil
+      io_flush(left)
+    end
   end
-  local values, err = start(SR, input, R.cfg, t.resume_cmd)
-  t.resume_cmd = nil
-  local fok, ferr = io_flush(SR)
-  if values == nil then error(err, 0) end
-  if not fok then error(ferr, 0) end
-  if values.__interrupt__ then
-    error(control.interrupt_error(values.__interrupt__), 0)
+  if io.err then error(io.err, 0) end
+end
+
+-- Does the subgraph of namespace ns hold one of the pending interrupts?
+-- nss: their namespaces (nil: records without one, from a subgraph node,
+-- whose one subgraph holds them)
+local function holds(nss, ns)
+  if nss == nil then return true end
+  local n = #ns
+  for _, x in ipairs(nss) do
+    if x == ns or (x:sub(1, n) == ns and x:sub(n + 1, n + 1) == "|") then return true end
   end
+  return false
+end
+
+local ALL_MODES = { values = true, updates = true, messages = true, custom = true,
+  tasks = true, debug = true }
+
+-- What a subgraph changed in the keys the parent declares, as an update for
+-- the parent's reducers (see subgraph below).
+local function write_back(R, input, values)
   local declared = R.app.declared
   local reds = R.reducers
   local up = nil
@@ -1189,6 +1225,69 @@ function _M.subgraph(R, spec, input, ctx)
       end
     end
   end
+  return up
+end
+
+--[[ run_subgraph(R, ctx, sub, input, name [, on_event]) -> final state, update
+Runs compiled graph `sub` inside the task of ctx: namespace
+parent_ns|name:task_id[@checkpoint], the parent's checkpointer, stream and
+trace. on_event(ev), when given, sees every event of the subgraph (and of
+the subgraphs it runs) whatever the parent's stream asked for. A failure is
+raised as its message, interrupts inside as an interrupt of the task.
+update: what the subgraph changed in the keys the parent declares (every
+key when the parent has no schema), for the parent's reducers. ]]
+function _M.run_subgraph(R, ctx, sub, input, name, on_event)
+  local t = ctx._t
+  local ns = (R.ns ~= "" and (R.ns .. "|") or "") .. name .. ":" .. ctx.task_id
+  if R.cp_id then ns = ns .. "@" .. R.cp_id end
+  local used = rawget(ctx, "_subns")
+  if used and used[ns] then
+    error("node '" .. ctx.node .. "' ran two subgraphs in namespace '" .. ns ..
+      "'; give each call its own ns_suffix", 0)
+  end
+  if not used then used = {}; ctx._subns = used end
+  used[ns] = true
+  if R.io and ctx.attempt > 1 then settle(R, t, ns) end
+  local SR = new_run(sub, R.cfg, R, ns)
+  if on_event then
+    local outer = R.sink
+    SR.sink = { modes = ALL_MODES, put = function(ev)
+      on_event(ev)
+      if outer and outer.modes[ev.mode] then outer.put(ev) end
+    end }
+    _M.observe(SR)
+  end
+  if SR.exit then
+    -- kept until saved: a timeout may cancel this attempt before it ends
+    local pending = t.sub_exit
+    if not pending then pending = {}; t.sub_exit = pending end
+    pending[ns] = SR
+  end
+  local resume_cmd = nil
+  if t.resume_cmd ~= nil and holds(t.resume_ns, ns) then
+    resume_cmd = t.resume_cmd
+    t.resume_cmd, t.resume_ns = nil, nil
+  end
+  local values, err = start(SR, input, R.cfg, resume_cmd)
+  local fok, ferr = io_flush(SR)
+  if SR.exit then t.sub_exit[ns] = nil end
+  if values == nil then error(err, 0) end
+  if not fok then error(ferr, 0) end
+  if values.__interrupt__ then
+    error(control.interrupt_error(values.__interrupt__), 0)
+  end
+  return values, write_back(R, input, values)
+end
+
+--[[ subgraph(R, spec, input, ctx) -> update for the parent
+A compiled graph as the body of a node: run in the namespace of the node's
+task. What the subgraph changed in the keys the parent declares is written
+back through the parent's reducers. ]]
+function _M.subgraph(R, spec, input, ctx)
+  if type(input) ~= "table" then
+    error("subgraph node '" .. ctx.node .. "' needs a table as input, got " .. type(input), 0)
+  end
+  local _, up = _M.run_subgraph(R, ctx, spec.sub, input, ctx.node, nil)
   return up
 end
 

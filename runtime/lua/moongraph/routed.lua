@@ -31,18 +31,13 @@ The selection and failover loop is moongraph.routing's route(), the one
 llm.routed uses for model-level routing; this module adapts agents to it.
 ]]
 
-local type, pairs, next, error, tostring, setmetatable, getmetatable, xpcall =
-  type, pairs, next, error, tostring, setmetatable, getmetatable, xpcall
-local table_concat, table_sort, table_pack, table_unpack =
-  table.concat, table.sort, table.pack, table.unpack
-local string_gsub, string_find, string_sub = string.gsub, string.find, string.sub
-local traceback = debug.traceback
+local type, pairs, next, error, tostring, setmetatable, getmetatable =
+  type, pairs, next, error, tostring, setmetatable, getmetatable
+local table_sort, table_pack, table_unpack = table.sort, table.pack, table.unpack
+local string_gsub = string.gsub
 
-local control = require "moongraph.control"
 local app_mod = require "moongraph.app"
 local routing = require "moongraph.routing"
-
-local is_interrupt = control.is_interrupt
 
 local _M = {}
 
@@ -61,20 +56,6 @@ end
 
 ---------------------------------------------------------------------------
 -- agents
-
-local function handler(e)
-  if type(e) == "string" then return traceback(e, 2) end
-  return e
-end
-
--- "message\nstack traceback:..." -> "message"
-local function short(e)
-  if type(e) == "string" then
-    local cut = string_find(e, "\nstack traceback:", 1, true)
-    if cut then return string_sub(e, 1, cut - 1) end
-  end
-  return e
-end
 
 -- the text of the last user message in state.messages, or nil
 local function user_message(state)
@@ -275,11 +256,8 @@ function _M.routed_agent(opts)
   end
   local router = opts.router
   local entries = normalise_agents(opts.agents)
-  local known, view_src = {}, {}
-  for k, e in pairs(entries) do
-    known[k] = true
-    view_src[k] = e.target
-  end
+  local view_src = {}
+  for k, e in pairs(entries) do view_src[k] = e.target end
   local view = setmetatable({}, {
     __index = view_src,
     __newindex = function() error("routed agent '" .. name .. "': the agents table is read-only", 2) end,
@@ -287,7 +265,7 @@ function _M.routed_agent(opts)
   })
   local what = "routed agent '" .. name .. "'"
 
-  local order = sorted_keys(known)
+  local order = sorted_keys(view_src)
 
   return function(input, ctx)
     if ctx ~= nil and type(ctx) ~= "table" then
@@ -297,54 +275,24 @@ function _M.routed_agent(opts)
     local graph_ctx = in_graph(ctx)
     local rctx = setmetatable({ state = input, user_message = user_message(input) }, { __index = ctx })
 
-    -- the user's router sees the read-only view, no third argument on the
-    -- first call and its own copy of failed_keys; an unknown key is named here
-    local function route(_, context, error_ctx)
-      local key
-      if error_ctx then
-        local copy = {}
-        for k in pairs(error_ctx.failed_keys) do copy[k] = true end
-        key = router(view, context, { failed_keys = copy, last_error = error_ctx.last_error })
-      else
-        key = router(view, context)
-      end
-      if key ~= nil and not known[key] then
-        error(what .. ": the router returned '" .. tostring(key) ..
-          "', which is not one of its agents (" .. table_concat(order, ", ") .. ")", 0)
-      end
-      return key
-    end
-
-    -- one attempt: a boxed result on success (an agent may return nil) or
-    -- an interrupt (not a failure: it must leave the routing untouched);
-    -- a failure is raised with the error's first line
+    -- one attempt; a failure is raised, an interrupt passes through routing
     local function call(key, _, mark)
       local e = entries[key]
-      local res
       if e.kind == "graph" then
-        if graph_ctx then
-          res = table_pack(xpcall(run_in_graph, handler, e.target, input, ctx, key, mark))
-        else
-          res = table_pack(xpcall(run_alone, handler, e.target, input, ctx, mark))
-        end
-      else
-        local actx = agent_ctx(ctx, mark, { agent_key = key, routed_agent = name })
-        res = table_pack(xpcall(e.target, handler, input, actx))
+        if graph_ctx then return true, run_in_graph(e.target, input, ctx, key, mark) end
+        return true, run_alone(e.target, input, ctx, mark)
       end
-      if res[1] then return { values = res } end
-      if is_interrupt(res[2]) then return { interrupt = res[2] } end
-      error(short(res[2]), 0)
+      return true, e.target(input, agent_ctx(ctx, mark, { agent_key = key, routed_agent = name }))
     end
 
-    local box, err = routing.route { map = view_src, order = order, context = rctx,
-      router = route, call = call }
-    if box == nil then
+    local results = table_pack(routing.route { map = view, order = order, context = rctx,
+      router = router, call = call, ok_flag = true, pass_through = true,
+      name = what, what = "agents" })
+    if not results[1] then
       -- nothing failed: the router chose no agent at all
-      error(what .. ": the router selected no agent" .. (err and err ~= "router chose no candidate"
-        and (" (" .. tostring(err) .. ")") or ""), 0)
+      error(what .. ": the router selected no agent", 0)
     end
-    if box.interrupt then error(box.interrupt, 0) end
-    return table_unpack(box.values, 2, box.values.n)
+    return table_unpack(results, 3, results.n)
   end
 end
 
