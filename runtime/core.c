@@ -15,6 +15,25 @@
 #pragma weak mg_open_store
 #pragma weak mg_open_signal
 
+void mg_register_class(lua_State *L, const char *name, const luaL_Reg *methods,
+                       lua_CFunction gc, lua_CFunction close,
+                       lua_CFunction tostring) {
+  if (luaL_newmetatable(L, name)) {
+    lua_newtable(L);
+    luaL_setfuncs(L, methods, 0);
+    lua_setfield(L, -2, "__index");
+    const struct { const char *event; lua_CFunction fn; } meta[] = {
+      {"__gc", gc}, {"__close", close}, {"__tostring", tostring},
+    };
+    for (size_t i = 0; i < sizeof meta / sizeof meta[0]; i++) {
+      if (!meta[i].fn) continue;
+      lua_pushcfunction(L, meta[i].fn);
+      lua_setfield(L, -2, meta[i].event);
+    }
+  }
+  lua_pop(L, 1);
+}
+
 int luaopen_moongraph_core(lua_State *L) {
   const struct { const char *name; lua_CFunction open; } subs[] = {
     {"loop", mg_open_loop},

@@ -773,17 +773,7 @@ static const luaL_Reg http_funcs[] = {
 };
 
 int mg_open_http(lua_State *L) {
-  if (luaL_newmetatable(L, XFER_MT)) {
-    luaL_newlib(L, xfer_methods);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, l_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, l_close);
-    lua_setfield(L, -2, "__close");
-    lua_pushcfunction(L, l_tostring);
-    lua_setfield(L, -2, "__tostring");
-  }
-  lua_pop(L, 1);
+  mg_register_class(L, XFER_MT, xfer_methods, l_gc, l_close, l_tostring);
   luaL_newlib(L, http_funcs);
   return 1;
 }

@@ -845,14 +845,8 @@ static const luaL_Reg loop_funcs[] = {
 
 int mg_open_loop(lua_State *L) {
   mg_loop();
-  if (luaL_newmetatable(L, TASK_MT)) {
-    luaL_newlib(L, task_methods);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, l_task_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, l_task_tostring);
-    lua_setfield(L, -2, "__tostring");
-  }
+  mg_register_class(L, TASK_MT, task_methods, l_task_gc, NULL, l_task_tostring);
+  luaL_getmetatable(L, TASK_MT);
   task_mt = lua_topointer(L, -1);
   if (task_mt_ref == LUA_NOREF) task_mt_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   else lua_pop(L, 1);

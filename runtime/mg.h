@@ -78,6 +78,13 @@ int mg_open_pg(lua_State *L);
 int mg_open_store(lua_State *L);
 int mg_open_signal(lua_State *L);
 
+/* Create the metatable `name` (once): __index is a table of `methods`, and
+** each non-NULL function becomes __gc, __close or __tostring. Leaves the
+** stack as it was. */
+void mg_register_class(lua_State *L, const char *name, const luaL_Reg *methods,
+                       lua_CFunction gc, lua_CFunction close,
+                       lua_CFunction tostring);
+
 /* SIGINT while Lua runs: the REPL and CLI install this (see loop.c). */
 void mg_install_interrupt(lua_State *L);
 

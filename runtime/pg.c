@@ -864,17 +864,7 @@ static const luaL_Reg funcs[] = {
 };
 
 int mg_open_pg(lua_State *L) {
-  if (luaL_newmetatable(L, CONN_MT)) {
-    luaL_newlib(L, conn_methods);
-    lua_setfield(L, -2, "__index");
-    lua_pushcfunction(L, l_gc);
-    lua_setfield(L, -2, "__gc");
-    lua_pushcfunction(L, l_close);
-    lua_setfield(L, -2, "__close");
-    lua_pushcfunction(L, l_tostring);
-    lua_setfield(L, -2, "__tostring");
-  }
-  lua_pop(L, 1);
+  mg_register_class(L, CONN_MT, conn_methods, l_gc, l_close, l_tostring);
   luaL_newlib(L, funcs);
   lua_pushlightuserdata(L, NULL);
   lua_setfield(L, -2, "null");
