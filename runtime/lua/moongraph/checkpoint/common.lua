@@ -1,5 +1,5 @@
 --[[
-moongraph.checkpoint.common — argument checks shared by the savers.
+moongraph.checkpoint.common — argument checks and encoding shared by the savers.
 ]]
 
 local type, error, tostring = type, error, tostring
@@ -44,6 +44,36 @@ function _M.check_cfg(cfg, fname)
   if cfg.checkpoint_id ~= nil and type(cfg.checkpoint_id) ~= "string" then
     error("bad argument #1 to '" .. fname .. "': config.checkpoint_id must be a string", 3)
   end
+end
+
+-- The arguments of put(cfg, checkpoint, metadata).
+function _M.check_put(cfg, checkpoint)
+  _M.check_cfg(cfg, "put")
+  if type(checkpoint) ~= "table" or type(checkpoint.id) ~= "string" then
+    error("bad argument #2 to 'put': checkpoint with a string id expected", 3)
+  end
+end
+
+-- The arguments of put_writes(cfg, task_id, writes) other than the writes.
+function _M.check_put_writes(cfg, task_id)
+  _M.check_cfg(cfg, "put_writes")
+  if type(cfg.checkpoint_id) ~= "string" then
+    error("bad argument #1 to 'put_writes': config.checkpoint_id expected", 3)
+  end
+  if type(task_id) ~= "string" then
+    error("bad argument #2 to 'put_writes': task id (string) expected, got " .. type(task_id), 3)
+  end
+end
+
+--[[ encode_checkpoint(checkpoint, metadata [, indent]) -> cp, md | nil, err
+The checkpoint and its metadata as JSON text; an error names which failed. ]]
+function _M.encode_checkpoint(checkpoint, metadata, indent)
+  local cp, err = json.encode(checkpoint, { indent = indent, name = "checkpoint" })
+  if not cp then return nil, err end
+  local md
+  md, err = json.encode(metadata or {}, { indent = indent, name = "metadata" })
+  if not md then return nil, err end
+  return cp, md
 end
 
 -- list options -> limit, before (a checkpoint id)

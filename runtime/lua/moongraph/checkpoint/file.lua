@@ -88,31 +88,18 @@ local function write(self, dirpath, name, data)
 end
 
 function saver:put(cfg, checkpoint, metadata)
-  common.check_cfg(cfg, "put")
-  if type(checkpoint) ~= "table" or type(checkpoint.id) ~= "string" then
-    error("bad argument #2 to 'put': checkpoint with a string id expected", 2)
-  end
-  local cp, err = json.encode(checkpoint, { indent = true, name = "checkpoint" })
-  if not cp then return nil, err end
-  local md
-  md, err = json.encode(metadata or {}, { indent = true, name = "metadata" })
-  if not md then return nil, err end
+  common.check_put(cfg, checkpoint)
+  local cp, md = common.encode_checkpoint(checkpoint, metadata, true)
+  if not cp then return nil, md end   -- md is the error
   local data = '{\n"checkpoint": ' .. cp .. ',\n"metadata": ' .. md ..
     (cfg.checkpoint_id and (',\n"parent_checkpoint_id": ' .. json.encode(cfg.checkpoint_id)) or "") .. "\n}\n"
-  local ok
-  ok, err = write(self, ns_dir(self, cfg), component(checkpoint.id) .. ".json", data)
+  local ok, err = write(self, ns_dir(self, cfg), component(checkpoint.id) .. ".json", data)
   if not ok then return nil, err end
   return { thread_id = cfg.thread_id, checkpoint_ns = cfg.checkpoint_ns or "", checkpoint_id = checkpoint.id }
 end
 
 function saver:put_writes(cfg, task_id, writes)
-  common.check_cfg(cfg, "put_writes")
-  if type(cfg.checkpoint_id) ~= "string" then
-    error("bad argument #1 to 'put_writes': config.checkpoint_id expected", 2)
-  end
-  if type(task_id) ~= "string" then
-    error("bad argument #2 to 'put_writes': task id (string) expected, got " .. type(task_id), 2)
-  end
+  common.check_put_writes(cfg, task_id)
   local list, err = common.encode_writes(task_id, writes, true)
   if not list then return nil, err end
   local data = '{\n"task_id": ' .. json.encode(task_id) .. ',\n"writes": ' .. list .. "\n}\n"

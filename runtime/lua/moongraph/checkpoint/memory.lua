@@ -39,15 +39,9 @@ local function space(self, cfg, create)
 end
 
 function saver:put(cfg, checkpoint, metadata)
-  common.check_cfg(cfg, "put")
-  if type(checkpoint) ~= "table" or type(checkpoint.id) ~= "string" then
-    error("bad argument #2 to 'put': checkpoint with a string id expected", 2)
-  end
-  local cp, err = json.encode(checkpoint, { name = "checkpoint" })
-  if not cp then return nil, err end
-  local md
-  md, err = json.encode(metadata or {}, { name = "metadata" })
-  if not md then return nil, err end
+  common.check_put(cfg, checkpoint)
+  local cp, md = common.encode_checkpoint(checkpoint, metadata)
+  if not cp then return nil, md end   -- md is the error
   local s = space(self, cfg, true)
   local id = checkpoint.id
   if not s.items[id] then
@@ -60,13 +54,7 @@ function saver:put(cfg, checkpoint, metadata)
 end
 
 function saver:put_writes(cfg, task_id, writes)
-  common.check_cfg(cfg, "put_writes")
-  if type(cfg.checkpoint_id) ~= "string" then
-    error("bad argument #1 to 'put_writes': config.checkpoint_id expected", 2)
-  end
-  if type(task_id) ~= "string" then
-    error("bad argument #2 to 'put_writes': task id (string) expected, got " .. type(task_id), 2)
-  end
+  common.check_put_writes(cfg, task_id)
   local enc, err = common.encode_writes(task_id, writes)
   if not enc then return nil, err end
   local s = space(self, cfg, true)

@@ -222,10 +222,7 @@ ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
   channel_versions = EXCLUDED.channel_versions, metadata = EXCLUDED.metadata]]
 
 function saver:put(cfg, checkpoint, metadata)
-  common.check_cfg(cfg, "put")
-  if type(checkpoint) ~= "table" or type(checkpoint.id) ~= "string" then
-    error("bad argument #2 to 'put': checkpoint with a string id expected", 2)
-  end
+  common.check_put(cfg, checkpoint)
   local ok, err = ready(self)
   if not ok then return nil, err end
   local ns = cfg.checkpoint_ns or ""
@@ -280,13 +277,7 @@ VALUES ($1, $2, $3, $4, $5::json)
 ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id) DO UPDATE SET writes = EXCLUDED.writes]]
 
 function saver:put_writes(cfg, task_id, writes)
-  common.check_cfg(cfg, "put_writes")
-  if type(cfg.checkpoint_id) ~= "string" then
-    error("bad argument #1 to 'put_writes': config.checkpoint_id expected", 2)
-  end
-  if type(task_id) ~= "string" then
-    error("bad argument #2 to 'put_writes': task id (string) expected, got " .. type(task_id), 2)
-  end
+  common.check_put_writes(cfg, task_id)
   if type(writes) ~= "table" then
     error("bad argument #3 to 'put_writes': list of {channel, value} expected, got " .. type(writes), 2)
   end

@@ -104,15 +104,9 @@ local function expire(self, cmds, key)
 end
 
 function saver:put(cfg, checkpoint, metadata)
-  common.check_cfg(cfg, "put")
-  if type(checkpoint) ~= "table" or type(checkpoint.id) ~= "string" then
-    error("bad argument #2 to 'put': checkpoint with a string id expected", 2)
-  end
-  local cp, err = json.encode(checkpoint, { name = "checkpoint" })
-  if not cp then return nil, err end
-  local md
-  md, err = json.encode(metadata or {}, { name = "metadata" })
-  if not md then return nil, err end
+  common.check_put(cfg, checkpoint)
+  local cp, md = common.encode_checkpoint(checkpoint, metadata)
+  if not cp then return nil, md end   -- md is the error
   local ns = cfg.checkpoint_ns or ""
   local base = ns_key(self, cfg.thread_id, ns)
   local tkey, ids, key = thread_key(self, cfg.thread_id) .. ":ns", base .. ":ids", base .. ":cp:" .. checkpoint.id
@@ -124,20 +118,13 @@ function saver:put(cfg, checkpoint, metadata)
   expire(self, cmds, key)
   expire(self, cmds, ids)
   expire(self, cmds, tkey)
-  local ok
-  ok, err = transact(self, cmds)
+  local ok, err = transact(self, cmds)
   if not ok then return nil, err end
   return { thread_id = cfg.thread_id, checkpoint_ns = ns, checkpoint_id = checkpoint.id }
 end
 
 function saver:put_writes(cfg, task_id, writes)
-  common.check_cfg(cfg, "put_writes")
-  if type(cfg.checkpoint_id) ~= "string" then
-    error("bad argument #1 to 'put_writes': config.checkpoint_id expected", 2)
-  end
-  if type(task_id) ~= "string" then
-    error("bad argument #2 to 'put_writes': task id (string) expected, got " .. type(task_id), 2)
-  end
+  common.check_put_writes(cfg, task_id)
   if type(writes) ~= "table" then
     error("bad argument #3 to 'put_writes': list of {channel, value} expected, got " .. type(writes), 2)
   end
