@@ -42,15 +42,7 @@ end
 
 -- Pure: the fee request.
 function _M.build_request(cfg, district, item)
-  local headers = { Accept = "application/json" }
-  if cfg.api_key then headers.Authorization = "Bearer " .. cfg.api_key end
-  return {
-    method = "GET",
-    url = cfg.base_url .. "/v1/bulk-waste/fees",
-    headers = headers,
-    query = { district = district, item = item },
-    timeout = cfg.timeout or _M.timeout,
-  }
+  return adapter.json_get(cfg, "/v1/bulk-waste/fees", { district = district, item = item }, _M.timeout)
 end
 
 -- Pure: decoded response -> { district, as_of, fees = {{item, spec, fee}}, how_to_apply, apply_url }.

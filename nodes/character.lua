@@ -19,15 +19,7 @@ local _M = {
 
 -- Pure: the search request.
 function _M.build_request(cfg, query, limit)
-  local headers = { Accept = "application/json" }
-  if cfg.api_key then headers.Authorization = "Bearer " .. cfg.api_key end
-  return {
-    method = "GET",
-    url = cfg.base_url .. "/v1/characters",
-    headers = headers,
-    query = { query = query, limit = limit or _M.limit },
-    timeout = cfg.timeout or _M.timeout,
-  }
+  return adapter.json_get(cfg, "/v1/characters", { query = query, limit = limit or _M.limit }, _M.timeout)
 end
 
 local function character(c)

@@ -39,20 +39,12 @@ end
 
 -- Pure: the collection-point request.
 function _M.build_request(cfg, params)
-  local headers = { Accept = "application/json" }
-  if cfg.api_key then headers.Authorization = "Bearer " .. cfg.api_key end
   local q = { type = params.type, address = params.address, radius = params.radius or _M.radius }
   if params.lat and params.lon then
     q.lat = ("%.6f"):format(params.lat)
     q.lon = ("%.6f"):format(params.lon)
   end
-  return {
-    method = "GET",
-    url = cfg.base_url .. "/v1/collection-points",
-    headers = headers,
-    query = q,
-    timeout = cfg.timeout or _M.timeout,
-  }
+  return adapter.json_get(cfg, "/v1/collection-points", q, _M.timeout)
 end
 
 -- Pure: decoded response -> list of {name, type, address, lat, lon, distance, note}.

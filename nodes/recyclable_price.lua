@@ -33,15 +33,7 @@ end
 
 -- Pure: the price request.
 function _M.build_request(cfg, item, region)
-  local headers = { Accept = "application/json" }
-  if cfg.api_key then headers.Authorization = "Bearer " .. cfg.api_key end
-  return {
-    method = "GET",
-    url = cfg.base_url .. "/v1/recyclable-prices",
-    headers = headers,
-    query = { item = item, region = region },
-    timeout = cfg.timeout or _M.timeout,
-  }
+  return adapter.json_get(cfg, "/v1/recyclable-prices", { item = item, region = region }, _M.timeout)
 end
 
 -- Pure: decoded response -> { as_of, region, prices = {{item, grade, price, unit}} }.

@@ -75,6 +75,21 @@ function _M.fetch(service, req)
 end
 
 -- JSON null (cjson.null) and non-strings become nil; numbers become strings.
+-- The GET request of the JSON contracts defined in docs/adapters.md
+-- (character, bulk_waste, recyclable_price, collection_point): bearer key
+-- when configured, the node's timeout unless the service sets one.
+function _M.json_get(cfg, path, query, timeout)
+  local headers = { Accept = "application/json" }
+  if cfg.api_key then headers.Authorization = "Bearer " .. cfg.api_key end
+  return {
+    method = "GET",
+    url = cfg.base_url .. path,
+    headers = headers,
+    query = query,
+    timeout = cfg.timeout or timeout,
+  }
+end
+
 function _M.str(v)
   if type(v) == "string" then return v end
   if type(v) == "number" then return tostring(v) end
