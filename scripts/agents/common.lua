@@ -66,13 +66,21 @@ function _M.reply(key, text, extra)
   return up
 end
 
---[[ main(args, usage, build, input_of) -> exit status
+-- args -> the input state of a plain question (every word is the message).
+function _M.input(args)
+  local msg, err = _M.parse(args)
+  if not msg then return nil, err end
+  return { question = msg, messages = { { role = "user", content = msg } } }
+end
+
+--[[ main(args, usage, build [, input_of]) -> exit status
 The command line of an example: the arguments (after the script path) are
-the message; options are handled by input_of(args) -> state | nil, err.
+the message; options are handled by input_of(args) -> state | nil, err
+(default: input, a plain question).
 Streams the run: custom events (routing decisions) print as they happen,
 then the answer and the agent that gave it. ]]
 function _M.main(args, usage, build, input_of)
-  local input, err = input_of(args)
+  local input, err = (input_of or _M.input)(args)
   if not input then
     io.stderr:write(err, "\n", usage, "\n")
     return 2

@@ -91,14 +91,8 @@ function _M.build(opts)
   return common.graph(_M.node(opts), opts and opts.compile)
 end
 
-function _M.input(args)
-  local msg, err = common.parse(args)
-  if not msg then return nil, err end
-  return { question = msg, messages = { { role = "user", content = msg } } }
-end
-
 function _M.main(args)
-  return common.main(args, _M.USAGE, _M.build, _M.input)
+  return common.main(args, _M.USAGE, _M.build)
 end
 
 if (...) == "scripts.agents.fallback" then return _M end
