@@ -572,14 +572,19 @@ static int l_connect(lua_State *L) {
 
 /* ---------------------------------------------------------------- commands */
 
+/* Return `nil, op->err` to Lua and drop the caller's reference to op. */
+static int fail_op(lua_State *L, rop *op) {
+  lua_pushnil(L);
+  lua_pushstring(L, op->err);
+  op_unref(op);
+  return 2;
+}
+
 static int cmd_done(lua_State *L, int status, lua_KContext ctx) {
   rop *op = (rop *)ctx;
   (void)status;
   if (op->failed) {
-    lua_pushnil(L);
-    lua_pushstring(L, op->err);
-    op_unref(op);
-    return 2;
+    return fail_op(L, op);
   }
   redisReply *r = op->replies[0];
   if (!r) {
@@ -603,10 +608,7 @@ static int pipe_done(lua_State *L, int status, lua_KContext ctx) {
   rop *op = (rop *)ctx;
   (void)status;
   if (op->failed) {
-    lua_pushnil(L);
-    lua_pushstring(L, op->err);
-    op_unref(op);
-    return 2;
+    return fail_op(L, op);
   }
   lua_createtable(L, op->nreplies, 0);
   for (int i = 0; i < op->nreplies; i++) {
@@ -703,10 +705,7 @@ static int l_pipeline(lua_State *L) {
   }
   if (sent < n) op_fail(op, "redis: pipeline not accepted on this connection");
   if (sent == 0) {
-    lua_pushnil(L);
-    lua_pushstring(L, op->err);
-    op_unref(op);
-    return 2;
+    return fail_op(L, op);
   }
   op->refs++;                                /* hiredis */
   if (op_start_timer(op, c->timeout) != 0) op_fail(op, "redis: out of memory");
@@ -720,10 +719,7 @@ static int sub_done(lua_State *L, int status, lua_KContext ctx) {
   rop *op = (rop *)ctx;
   (void)status;
   if (op->failed) {
-    lua_pushnil(L);
-    lua_pushstring(L, op->err);
-    op_unref(op);
-    return 2;
+    return fail_op(L, op);
   }
   op_unref(op);
   lua_pushboolean(L, 1);
