@@ -172,89 +172,17 @@ describe("fault tolerance", function()
     setup(function() srv = servers.postgres() end)
     teardown(function() if srv then srv:destroy() end end)
 
-    local SCRIPT = [=[
-local mg = require "moongraph"
-local postgres = require "moongraph.checkpoint.postgres"
-local url, countfile, mode, durability = arg[1], arg[2], arg[3], arg[4]
-
-local function count(name)
-  local f = assert(io.open(countfile, "a"))
-  f:write(name, "\n")
-  f:close()
-end
-
-local function my_pid()
-  local f = assert(io.open("/proc/self/stat"))
-  local pid = f:read("l"):match("^(%d+)")
-  f:close()
-  return pid
-end
-
-local saver = postgres.new(url)
-local g = mg.graph { log = mg.reducers.append }
-g:add_node("fan", function() count("fan") end)
-g:add_node("a", function() count("a"); return { log = "a" } end)
-g:add_node("b", function() mg.sleep(0.01); count("b"); return { log = "b" } end)
-g:add_node("killer", function(_, ctx)
-  count("killer")
-  if mode == "crash" then
-    -- once the writes of a and b are in the database, die without cleanup
-    for _ = 1, 2000 do
-      local tup = saver:get { thread_id = ctx.config.thread_id }
-      local have = {}
-      for _, w in ipairs(tup and tup.pending_writes or {}) do have[w[1]] = true end
-      if have[ctx.step .. ":a"] and have[ctx.step .. ":b"] then
-        os.execute("kill -9 " .. my_pid())
-      end
-      mg.sleep(0.005)
-    end
-    error("the writes of a and b never reached the database")
-  end
-  return { log = "killer" }
-end)
-g:add_node("final", function(s)
-  count("final")
-  return { result = table.concat(s.log, ",") }
-end)
-g:add_edge(mg.START, "fan")
-for _, n in ipairs { "a", "b", "killer" } do g:add_edge("fan", n) end
-g:add_edge({ "a", "b", "killer" }, "final")
-local app = g:compile { checkpointer = saver, durability = durability }
-
-mg.run(function()
-  local out, err
-  if mode == "crash" then
-    out, err = app:invoke({}, { thread_id = "job-1" })
-  else
-    out, err = app:invoke(nil, { thread_id = "job-1" })
-  end
-  print(out and ("RESULT " .. out.result) or ("ERROR " .. tostring(err)))
-end)
-]=]
-
     for _, durability in ipairs { "sync", "async" } do
       it("a new process re-runs only the unfinished tasks (durability " .. durability .. ")", function()
         local url = srv:create_database("kill_" .. durability)
-        local script = child.script(SCRIPT)
-        local counts = os.tmpname()
-
-        local out, kind, code = child.run(script, url, counts, "crash", durability)
-        assert.equal("signal", kind, out)
-        assert.equal(9, code)
-        local first = child.lines(counts)
-        table.sort(first)
-        assert.same({ "a", "b", "fan", "killer" }, first)
-
-        out, kind, code = child.run(script, url, counts, "resume", durability)
-        assert.equal("exit", kind, out)
-        assert.equal(0, code)
-        assert.equal("RESULT a,b,killer\n", out)
-
-        local n = {}
-        for _, name in ipairs(child.lines(counts)) do n[name] = (n[name] or 0) + 1 end
-        assert.same({ fan = 1, a = 1, b = 1, killer = 2, final = 1 }, n)
-        os.remove(script)
-        os.remove(counts)
+        local r = child.crash_and_resume("postgres", url, durability)
+        assert.equal("signal", r.crash[2], r.crash[1])
+        assert.equal(9, r.crash[3])
+        assert.same({ "a", "b", "fan", "killer" }, r.crashed_nodes)
+        assert.equal("exit", r.resume[2], r.resume[1])
+        assert.equal(0, r.resume[3])
+        assert.equal("RESULT a,b,killer\n", r.resume[1])
+        assert.same({ fan = 1, a = 1, b = 1, killer = 2, final = 1 }, r.runs)
       end)
     end
   end)
