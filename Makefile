@@ -6,14 +6,19 @@
 #   make bench     benchmarks (figures on stdout)
 #   make deps      Debian packages (idempotent; sudo when not root)
 #   make demo      deps + build + the main job
+#
+# `test` and `demo` install the packages first and then build in a second make,
+# so that the pkg-config flags below are read after the libraries exist (a
+# fresh machine has neither pkg-config nor the -dev packages).
 
 PKGS     := lua5.4 libuv libcurl hiredis libpq
 CC       ?= cc
 OPT      ?= -O2 -g
-CFLAGS   += $(OPT) -std=gnu11 -Wall -Wextra -fPIC $(shell pkg-config --cflags $(PKGS))
-LDLIBS   := $(shell pkg-config --libs $(PKGS)) -lm
-EDIT_CFLAGS := $(shell pkg-config --cflags libedit)
-EDIT_LIBS   := $(shell pkg-config --libs libedit)
+CFLAGS   += $(OPT) -std=gnu11 -Wall -Wextra -fPIC $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
+EDIT_CFLAGS := $(shell pkg-config --cflags libedit 2>/dev/null)
+EDIT_LIBS   := $(shell pkg-config --libs libedit 2>/dev/null)
+DEPS_OK  := $(shell pkg-config --exists $(PKGS) libedit 2>/dev/null && echo yes)
 
 BUILD    ?= build
 OUTLIB   ?= lib
@@ -26,13 +31,20 @@ APP_OBJ  := $(APP_SRC:runtime/%.c=$(BUILD)/%.o) $(BUILD)/embedded.o
 LUA_SRC  := $(shell find runtime/lua -name '*.lua' | sort)
 HDRS     := $(wildcard runtime/*.h)
 
-.PHONY: all test asan bench bench-core deps demo install clean
+.PHONY: all test asan bench bench-core deps demo install clean check-deps
 all: $(BIN) $(OUTLIB)/moongraph/core.so
 
-$(BUILD)/%.o: runtime/%.c $(HDRS) | $(BUILD)
+# A build on a machine without the packages stops with the command to run,
+# instead of failing at the link step.
+check-deps:
+ifneq ($(DEPS_OK),yes)
+	@echo "moongraph: build dependencies are missing (pkg-config $(PKGS) libedit); run 'make deps' first" >&2; exit 1
+endif
+
+$(BUILD)/%.o: runtime/%.c $(HDRS) | $(BUILD) check-deps
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/repl.o: runtime/repl.c $(HDRS) | $(BUILD)
+$(BUILD)/repl.o: runtime/repl.c $(HDRS) | $(BUILD) check-deps
 	$(CC) $(CFLAGS) $(EDIT_CFLAGS) -c $< -o $@
 
 $(BUILD)/embedded.c: tools/embed.lua $(LUA_SRC) | $(BUILD)
@@ -54,10 +66,13 @@ $(BUILD):
 # Per-feature rules (test servers, fuzzers, benchmarks) live in mk/*.mk.
 -include $(wildcard mk/*.mk)
 
-test: deps all $(TEST_DEPS)
+test:
+	@tools/install-deps
+	@$(MAKE) --no-print-directory all $(TEST_DEPS)
 	@tools/run-specs
 
 asan:
+	@tools/install-deps
 	$(MAKE) BUILD=build-asan OUTLIB=build-asan/lib BIN=build-asan/moongraph \
 	  OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 	  LDFLAGS="-fsanitize=address,undefined" all $(TEST_DEPS)
@@ -78,7 +93,9 @@ deps:
 # The main job: the Eco² chat pipeline on its embedded defaults (no LLM key,
 # no Redis, no Postgres).
 DEMO_MESSAGE ?= 종이 어떻게 버려? 그리고 수거함도 알려줘
-demo: deps all
+demo:
+	@tools/install-deps
+	@$(MAKE) --no-print-directory all
 	./$(BIN) chat --location "서울특별시 강남구" "$(DEMO_MESSAGE)"
 
 # `luarocks make` calls this with LUADIR and LIBDIR of the rocks tree.
@@ -89,5 +106,6 @@ install: $(OUTLIB)/moongraph/core.so
 	cp -R runtime/lua/moongraph $(DESTDIR)$(LUADIR)/
 	cp $(OUTLIB)/moongraph/core.so $(DESTDIR)$(LIBDIR)/moongraph/core.so
 
+# Build outputs only (never LIBDIR or LUADIR: those are install targets).
 clean:
-	rm -rf $(BUILD) build-asan $(LIBDIR) $(BIN)
+	rm -rf $(BUILD) build-asan $(OUTLIB) $(BIN)
