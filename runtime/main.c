@@ -3,16 +3,19 @@
 **
 ** Sets up a Lua state with the runtime built in: moongraph.core is
 ** preloaded, the Lua half of the runtime is served from the copy embedded
-** at build time (after package.path, so MOONGRAPH_PATH and package.path win
-** during development), and the command line is handed to the Lua module
-** moongraph.cli, whose return value is the exit status.
+** at build time (only MOONGRAPH_PATH, a development checkout, wins over it),
+** and the command line is handed to the Lua module moongraph.cli, whose
+** return value is the exit status.
 */
 #include "mg.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <lualib.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 extern const struct { const char *name; const char *src; size_t len; } mg_embedded[];
 
@@ -34,8 +37,40 @@ static int search_embedded(lua_State *L) {
   return 1;
 }
 
-/* Insert the embedded searcher right after the Lua-file searcher, and put
-** MOONGRAPH_PATH (a ;-separated list of directories) in front of package.path. */
+/* package.searchers entry: finds a module in the MOONGRAPH_PATH directories
+** (upvalue 1: their ?.lua and ?/init.lua templates). */
+static int search_moongraph_path(lua_State *L) {
+  const char *name = luaL_checkstring(L, 1);
+  const char *path = lua_tostring(L, lua_upvalueindex(1));
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "searchpath");
+  lua_pushstring(L, name);
+  lua_pushstring(L, path);
+  lua_call(L, 2, 2);
+  if (lua_isnil(L, -2)) return 1;   /* the list of files tried */
+  const char *file = lua_tostring(L, -2);
+  if (luaL_loadfile(L, file) != LUA_OK)
+    return luaL_error(L, "error loading module '%s' from file '%s':\n\t%s",
+                      name, file, lua_tostring(L, -1));
+  lua_pushstring(L, file);
+  return 2;
+}
+
+/* Insert a searcher at position pos of package.searchers (on the stack top). */
+static void insert_searcher(lua_State *L, int pos) {
+  lua_Integer n = luaL_len(L, -2);
+  for (lua_Integer i = n; i >= pos; i--) {
+    lua_rawgeti(L, -2, i);
+    lua_rawseti(L, -3, i + 1);
+  }
+  lua_rawseti(L, -2, pos);
+}
+
+/* Module search order: preloaded C modules, the directories of
+** MOONGRAPH_PATH (a ;-separated list: a development checkout wins), the Lua
+** half of the runtime embedded in this binary (so an older copy installed
+** under package.path never shadows it), then package.path and cpath
+** (applications, scripts, other libraries). */
 static void setup_package(lua_State *L) {
   lua_getglobal(L, "package");
   lua_getfield(L, -1, "preload");
@@ -46,14 +81,8 @@ static void setup_package(lua_State *L) {
   lua_pop(L, 1);
 
   lua_getfield(L, -1, "searchers");
-  lua_Integer n = luaL_len(L, -1);
-  for (lua_Integer i = n; i >= 3; i--) {
-    lua_rawgeti(L, -1, i);
-    lua_rawseti(L, -2, i + 1);
-  }
   lua_pushcfunction(L, search_embedded);
-  lua_rawseti(L, -2, 3);
-  lua_pop(L, 1);
+  insert_searcher(L, 2);
 
   const char *extra = getenv("MOONGRAPH_PATH");
   if (extra && *extra) {
@@ -69,12 +98,16 @@ static void setup_package(lua_State *L) {
       }
       p += len + (e ? 1 : 0);
     }
-    lua_getfield(L, -2, "path");
-    luaL_addvalue(&b);
     luaL_pushresult(&b);
-    lua_setfield(L, -2, "path");
+    /* the same directories also serve `require` of non-runtime modules */
+    lua_pushvalue(L, -1);
+    lua_getfield(L, -4, "path");
+    lua_concat(L, 2);
+    lua_setfield(L, -4, "path");
+    lua_pushcclosure(L, search_moongraph_path, 1);
+    insert_searcher(L, 2);
   }
-  lua_pop(L, 1);
+  lua_pop(L, 2);
 }
 
 static int msghandler(lua_State *L) {
@@ -102,7 +135,20 @@ static int pmain(lua_State *L) {
   return 1;
 }
 
+/* A standard descriptor the caller closed (`moongraph ... >&-`) would be
+** reused by the next file opened, and output meant for the terminal would
+** land in a checkpoint. Hold such slots with /dev/null opened read-only, so
+** writes to them fail (EBADF) and are reported at exit. */
+static void hold_std_fds(void) {
+  for (int fd = 0; fd <= 2; fd++) {
+    if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    int got = open("/dev/null", O_RDONLY);
+    if (got >= 0 && got != fd) { dup2(got, fd); close(got); }
+  }
+}
+
 int main(int argc, char **argv) {
+  hold_std_fds();
   lua_State *L = luaL_newstate();
   if (!L) { fputs("moongraph: cannot create Lua state\n", stderr); return 1; }
   lua_pushcfunction(L, msghandler);
@@ -117,7 +163,15 @@ int main(int argc, char **argv) {
   } else {
     code = lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : 0;
   }
-  fflush(stdout);
   lua_close(L);
+  /* output the caller did not get is a failure, even when the command
+  ** itself succeeded */
+  errno = 0;
+  int flushed = fflush(stdout) == 0;
+  if ((!flushed || ferror(stdout)) && code == 0) {
+    fprintf(stderr, "moongraph: error writing to standard output: %s\n",
+            !flushed && errno ? strerror(errno) : "a write failed");
+    code = 1;
+  }
   return code;
 }

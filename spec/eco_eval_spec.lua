@@ -264,8 +264,8 @@ describe("eco explain", function()
 
     it("route.lua rejects an unknown previous intent", function()
       local out, code = run("lua5.4 scripts/eco/route.lua --prev-intent nope '안녕'")
-      assert.equal(1, code)
-      assert.matches("unknown prev_intent 'nope'", out, 1, true)
+      assert.equal(2, code)
+      assert.matches("route: unknown --prev-intent 'nope' (known: waste,", out, 1, true)
     end)
 
     it("eval_cli.lua reports on a file, as text or JSON", function()

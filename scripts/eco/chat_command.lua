@@ -22,6 +22,8 @@
 -- opts: stdout, stderr (file-like), llm (a moongraph.llm client or nil),
 -- state_dir, clock (for the weather node), now (seconds, for thread ids).
 local mg = require "moongraph"
+local ids = require "moongraph.ids"
+local text = require "moongraph.text"
 local chat = require "scripts.eco.chat"
 local json = require "scripts.eco.json"
 local aggregator = require "nodes.aggregator"
@@ -67,10 +69,28 @@ function _M.parse(args)
   if not o.help and (not o.message or not o.message:find("%S")) then
     return nil, "chat: missing MESSAGE"
   end
-  if o.thread and not o.thread:match("^[%w%-_.:@]+$") then
-    return nil, "chat: --thread takes letters, digits and - _ . : @ only"
+  if o.thread then
+    local ok, err = ids.check(o.thread, "--thread")
+    if not ok then return nil, "chat: " .. err end
+  end
+  for _, name in ipairs { "message", "location" } do
+    local v = o[name]
+    local ok, at = true, nil
+    if v then ok, at = text.check_utf8(v) end
+    if not ok then
+      return nil, format("chat: %s is not valid UTF-8 (bad byte at position %d)",
+        name == "message" and "MESSAGE" or "--location", at)
+    end
   end
   return o
+end
+
+-- The trace file must be writable before the run spends anything on it.
+local function check_trace_path(path)
+  local f, err = io.open(path, "w")
+  if not f then return nil, err end
+  f:close()
+  return true
 end
 
 local function new_thread_id(now)
@@ -237,6 +257,13 @@ function _M.run(args, opts)
     out:write(_M.USAGE, "\n")
     return 0
   end
+  if o.trace then
+    local ok, terr = check_trace_path(o.trace)
+    if not ok then
+      errw:write("chat: cannot write the trace file: ", tostring(terr), "\n")
+      return 2
+    end
+  end
   local dir = opts.state_dir or _M.state_dir()
   local saver = mg.checkpoint.file(dir)
   local app = chat.build { checkpointer = saver }
@@ -259,6 +286,13 @@ function _M.run(args, opts)
   local answer_open, answer_tail = false, ""
   local timings = json.array()
   local first_step = nil
+  -- the first failed write to stdout (a full disk, a closed pipe): the
+  -- answer did not reach the caller, so the command fails
+  local out_err = nil
+  local function flush_out()
+    local fok, ferr = out:flush()
+    if not fok then out_err = out_err or ferr end
+  end
 
   local function flush_steps(upto)
     local steps = {}
@@ -268,7 +302,7 @@ function _M.run(args, opts)
       if answer_open then
         if answer_tail ~= "\n" then out:write("\n") end
         out:write("\n")
-        out:flush()
+        flush_out()
         answer_open = false
       end
       first_step = first_step or s
@@ -293,7 +327,7 @@ function _M.run(args, opts)
         end
         out:write(ev.data)
         answer_tail = ev.data:sub(-1)
-        out:flush()
+        flush_out()
       elseif mode == "custom" and type(ev.data) == "table" and ev.data.type == "node" then
         local d = ev.data
         local s = d.step or 0
@@ -309,17 +343,38 @@ function _M.run(args, opts)
   local elapsed = (mg.now() - t_start) * 1000
   flush_steps(math.huge)
 
+  -- the answer is only delivered when stdout took it
+  local function finish(code)
+    flush_out()
+    if out_err then
+      errw:write("moongraph chat: cannot write the answer to standard output: ", tostring(out_err), "\n")
+      return 1
+    end
+    return code
+  end
+
   if not ok then
+    local e = tostring(err):gsub("\nstack traceback:.*$", "")
+    if e:find("^trace: ") then
+      -- the turn finished and was saved; only its trace file failed
+      errw:write("moongraph chat: ", e, "\n")
+      if o.json then
+        out:write(json.encode(_M.json_state(state, { thread_id = thread, error = e,
+          timings = timings, elapsed_ms = elapsed })), "\n")
+      end
+      finish(1)
+      return 1
+    end
     local node, msg = _M.failure_message(err)
     out:write(msg, "\n")
-    errw:write("moongraph chat: the run ended: ", tostring(err):gsub("\nstack traceback:.*$", ""), "\n")
+    errw:write("moongraph chat: the run ended: ", e, "\n")
     if o.json then
       out:write(json.encode(_M.json_state(state, {
-        thread_id = thread, error = tostring(err):gsub("\nstack traceback:.*$", ""),
+        thread_id = thread, error = e,
         failed_node = node, message = msg, timings = timings, elapsed_ms = elapsed,
       })), "\n")
     end
-    out:flush()
+    finish(1)
     return 1
   end
   errw:write(format("· done in %s · thread %s%s\n", fmt_ms(elapsed), thread,
@@ -329,8 +384,7 @@ function _M.run(args, opts)
     out:write(json.encode(_M.json_state(state, { thread_id = thread, timings = timings,
       elapsed_ms = math.floor(elapsed * 1000 + 0.5) / 1000 })), "\n")
   end
-  out:flush()
-  return 0
+  return finish(0)
 end
 
 return _M

@@ -9,6 +9,8 @@
 
 local explain = require "scripts.eco.explain"
 local eval = require "scripts.eco.eval"
+local intent = require "scripts.eco.intent"
+local text = require "moongraph.text"
 
 local _M = {}
 
@@ -60,6 +62,19 @@ function _M.route(args, opts)
   end
   if not message or not message:find("%S") then
     err:write("route: missing MESSAGE\n", _M.ROUTE_USAGE, "\n")
+    return 2
+  end
+  for _, v in ipairs { message, x.location } do
+    local ok, at = text.check_utf8(v)
+    if not ok then
+      err:write("route: ", v == message and "MESSAGE" or "--location",
+        " is not valid UTF-8 (bad byte at position ", at, ")\n")
+      return 2
+    end
+  end
+  if x.prev_intent and not intent.is_intent(x.prev_intent) then
+    err:write("route: unknown --prev-intent '", x.prev_intent, "' (known: ",
+      table.concat(intent.INTENTS, ", "), ")\n", _M.ROUTE_USAGE, "\n")
     return 2
   end
   local ok, lines, e = pcall(explain.explain, message, x)

@@ -6,7 +6,8 @@
 --   lua5.4 scripts/eco/crossval.lua [K] [FILE.jsonl]
 
 local root = (arg and arg[0] or ""):match("^(.-)scripts[/\\]eco[/\\]crossval%.lua$") or ""
-package.path = (root ~= "" and root or "./") .. "?.lua;" .. package.path
+root = root ~= "" and root or "./"
+package.path = root .. "?.lua;" .. root .. "runtime/lua/?.lua;" .. package.path
 
 local classifier = require "scripts.eco.classifier"
 local eval = require "scripts.eco.eval"

@@ -46,6 +46,11 @@ _M.INTENTS = classifier.INTENTS
 local KNOWN = {}
 for _, c in ipairs(_M.INTENTS) do KNOWN[c] = true end
 
+-- Is `name` one of the nine intents?
+function _M.is_intent(name)
+  return KNOWN[name] == true
+end
+
 local function rules(name)
   return require("scripts.eco." .. name)
 end

@@ -1,8 +1,10 @@
 -- JSON output for the routing tools: objects with sorted keys (stable,
 -- diff-friendly lines) and explicit arrays, so an empty list prints as []
--- and not {}. Decoding is lua-cjson's.
+-- and not {}. Output is always valid UTF-8: an invalid byte sequence in a
+-- string is written as U+FFFD. Decoding is lua-cjson's.
 
 local cjson = require "cjson"
+local to_utf8 = require("moongraph.text").to_utf8
 
 local type, pairs, ipairs, tostring, getmetatable, setmetatable, error =
   type, pairs, ipairs, tostring, getmetatable, setmetatable, error
@@ -44,7 +46,7 @@ function encode(v, out)
       out[#out + 1] = format("%.14g", v)
     end
   elseif tv == "string" then
-    out[#out + 1] = cjson.encode(v)
+    out[#out + 1] = cjson.encode(to_utf8(v))
   elseif tv == "table" then
     if is_array(v) then
       out[#out + 1] = "["
@@ -65,7 +67,7 @@ function encode(v, out)
       out[#out + 1] = "{"
       for i, k in ipairs(keys) do
         if i > 1 then out[#out + 1] = "," end
-        out[#out + 1] = cjson.encode(k)
+        out[#out + 1] = cjson.encode(to_utf8(k))
         out[#out + 1] = ":"
         encode(v[k], out)
       end

@@ -53,7 +53,7 @@ end
 local function run_main(fn, ...)
   loop.install_interrupt()
   local ok, err_or_code = pcall(loop.run_all, fn, ...)
-  io.stdout:flush()
+  local flushed, ferr = io.stdout:flush()
   if not ok then
     if err_or_code == "cancelled" then
       io.stderr:write("moongraph: interrupted\n")
@@ -62,7 +62,12 @@ local function run_main(fn, ...)
     io.stderr:write("moongraph: ", tostring(err_or_code), "\n")
     return 1
   end
-  return math.type(err_or_code) == "integer" and err_or_code or 0
+  local code = math.type(err_or_code) == "integer" and err_or_code or 0
+  if not flushed and code == 0 then
+    io.stderr:write("moongraph: error writing to standard output: ", tostring(ferr), "\n")
+    return 1
+  end
+  return code
 end
 
 local function script_args(argv, first)

@@ -1126,7 +1126,12 @@ end
 --[[ run(app, input, cfg, sink) -> values | nil, err : the root of a run.
 sink: nil, or the stream's {modes = {mode = true}, put = function(event)}. ]]
 function _M.run(app, input, cfg, sink)
-  local trace = cfg.trace and require("moongraph.trace").new(cfg.trace, runtime().now) or nil
+  local trace = nil
+  if cfg.trace then
+    local terr
+    trace, terr = require("moongraph.trace").new(cfg.trace, runtime().now)
+    if not trace then return nil, terr end
+  end
   if not (sink or trace or app.checkpointer) then
     local R = acquire(app, cfg)
     local ok, values, err = pcall(start, R, input, cfg)

@@ -5,8 +5,10 @@ Each task becomes one complete event ("ph":"X") on a lane of its own while
 it runs, so branches that run in parallel show as parallel bars when the file
 is opened in Perfetto (ui.perfetto.dev) or chrome://tracing. Lane 0 carries
 one bar per superstep. Times are microseconds from the start of the run.
-The file is written once, when the run ends (a plain blocking write: tracing
-is a debugging aid).
+The file is opened when the run starts (a path that cannot be written fails
+the run before any node runs) and written once, when the run ends (a plain
+blocking write: tracing is a debugging aid); a failed write or close is an
+error of the run.
 ]]
 
 local setmetatable, io_open, math_floor, tostring = setmetatable, io.open, math.floor, tostring
@@ -17,8 +19,11 @@ local _M = {}
 local T = {}
 local mt = { __index = T }
 
+-- new(path, now) -> trace | nil, err
 function _M.new(path, now)
-  return setmetatable({ path = path, now = now, t0 = now(), events = {}, busy = {} }, mt)
+  local f, err = io_open(path, "w")
+  if not f then return nil, "trace: " .. tostring(err) end
+  return setmetatable({ path = path, file = f, now = now, t0 = now(), events = {}, busy = {} }, mt)
 end
 
 local function us(self, t)
@@ -67,12 +72,18 @@ function T:write()
   for i = 1, maxlane do
     ev[#ev + 1] = { name = "thread_name", ph = "M", pid = 1, tid = i, args = { name = "lane " .. i } }
   end
+  local f = self.file
+  self.file = nil
   local data, err = json.encode({ traceEvents = ev, displayTimeUnit = "ms" })
-  if not data then return nil, "trace: " .. err end
-  local f, ferr = io_open(self.path, "w")
-  if not f then return nil, "trace: " .. tostring(ferr) end
-  f:write(data)
-  f:close()
+  if not data then
+    f:close()
+    return nil, "trace: " .. err
+  end
+  local ok, werr = f:write(data)
+  local cok, cerr = f:close()
+  if not ok or not cok then
+    return nil, "trace: cannot write " .. self.path .. ": " .. tostring(werr or cerr)
+  end
   return true
 end
 
