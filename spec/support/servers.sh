@@ -229,10 +229,22 @@ pg_as() {
 
 pg_ensure_user() {
   [ "$(id -u)" -eq 0 ] || return 0
-  id -u "$PG_USER" >/dev/null 2>&1 && return 0
+  if id -u "$PG_USER" >/dev/null 2>&1; then pg_user_can_run; return 0; fi
   useradd --system --no-create-home --home-dir /nonexistent \
     --shell /usr/sbin/nologin "$PG_USER" 2>/dev/null || true
   id -u "$PG_USER" >/dev/null 2>&1 || die "could not create the unprivileged user $PG_USER for PostgreSQL"
+  pg_user_can_run
+}
+
+# The unprivileged user must be able to reach the programs: a root
+# directory only root may enter (a chroot unpacked into a `mktemp -d`
+# directory has mode 0700) makes every exec fail with EACCES.
+pg_user_can_run() {
+  runuser -u "$PG_USER" -- true 2>/dev/null && return 0
+  if [ -z "$(find / -maxdepth 0 -perm -o=x)" ]; then
+    chmod o+x / && echo "servers.sh: / was not searchable by other users; made it so for $PG_USER" >&2
+  fi
+  runuser -u "$PG_USER" -- true || die "the unprivileged user $PG_USER cannot run programs (check the permissions of / and /usr)"
 }
 
 # A freshly initdb'd cluster, made once per PostgreSQL version and user and
