@@ -84,6 +84,7 @@ typedef struct xfer {
   int oom;
   int cancelled;
   int closed;
+  int by_deadline;    /* the caller's deadline, not `timeout`, bounds it */
   CURLcode result;
   long long max_body;
   long long received;
@@ -455,9 +456,16 @@ static xfer *xfer_start(lua_State *L, int streaming) {
   if (!have_ua) curl_easy_setopt(e, CURLOPT_USERAGENT, "moongraph/" MG_VERSION);
   if (x->req_headers) curl_easy_setopt(e, CURLOPT_HTTPHEADER, x->req_headers);
 
-  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, opt_ms(L, 1, "timeout", DEFAULT_TIMEOUT_MS));
-  curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS,
-                   opt_ms(L, 1, "connect_timeout", DEFAULT_CONNECT_TIMEOUT_MS));
+  long timeout_ms = opt_ms(L, 1, "timeout", DEFAULT_TIMEOUT_MS);
+  long connect_ms = opt_ms(L, 1, "connect_timeout", DEFAULT_CONNECT_TIMEOUT_MS);
+  double budget = mg_call_budget(L);
+  if (budget >= 0 && budget * 1000 < timeout_ms) {
+    timeout_ms = budget * 1000 < 1 ? 1 : (long)(budget * 1000);
+    x->by_deadline = 1;
+  }
+  if (connect_ms > timeout_ms) connect_ms = timeout_ms;
+  curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout_ms);
+  curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, connect_ms);
 
   x->max_body = DEFAULT_MAX_BODY;
   if (lua_getfield(L, 1, "max_body") != LUA_TNIL) {
@@ -511,12 +519,14 @@ static void push_error(lua_State *L, xfer *x) {
   }
   if (x->oom) { lua_pushliteral(L, "out of memory reading the response"); return; }
   switch (rc) {
-    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_OPERATION_TIMEDOUT: {
+      const char *why = x->by_deadline ? ", at the caller's deadline" : "";
       if (strstr(eb, "onnect"))   /* still in the TCP/TLS handshake */
-        lua_pushfstring(L, "timeout connecting to %s", xfer_host(x));
+        lua_pushfstring(L, "timeout connecting to %s%s", xfer_host(x), why);
       else
-        lua_pushfstring(L, "timeout (%s)", xfer_host(x));
+        lua_pushfstring(L, "timeout (%s%s)", xfer_host(x), why);
       return;
+    }
     case CURLE_COULDNT_CONNECT: {
       long oserr = 0;
       if (x->easy) curl_easy_getinfo(x->easy, CURLINFO_OS_ERRNO, &oserr);

@@ -53,6 +53,10 @@ struct mg_task {
   mg_waiter sleep_w, park_w;
   /* deadline of the current wait (sleep, or a join/park timeout) */
   uint64_t due_ns, due_seq;
+  /* the task's own deadline (uv_hrtime ns; 0 = none): set by mg.timeout,
+  ** inherited by the tasks it spawns; calls made by the task are bounded by
+  ** it (mg_call_budget) */
+  uint64_t limit_ns;
   size_t heap_idx;          /* 1-based position in the deadline heap; 0 = none */
 };
 
@@ -472,6 +476,7 @@ static mg_task *spawn(lua_State *L, int fi, int n) {
   lua_xmove(L, t->co, n + 1);   /* function and arguments */
   t->nargs = n;
   t->observed = 1;
+  if (S.current) t->limit_ns = S.current->limit_ns;
   live_add(t);
   enqueue(t);
   return t;
@@ -627,6 +632,50 @@ static int l_current(lua_State *L) {
   mg_task *t = mg_current(L);
   if (!t || t->self_ref == LUA_NOREF) { lua_pushnil(L); return 1; }
   lua_rawgeti(L, LUA_REGISTRYINDEX, t->self_ref);
+  return 1;
+}
+
+/* ------------------------------------------------------ task deadlines */
+
+#define RESERVE_SHARE 0.1   /* of the time left, kept back for the caller */
+#define RESERVE_MAX 1.0     /* seconds */
+
+double mg_call_budget(lua_State *L) {
+  mg_task *t = mg_current(L);
+  if (!t || !t->limit_ns) return -1;
+  uint64_t now = uv_hrtime();
+  if (now >= t->limit_ns) return 0;
+  double left = (double)(t->limit_ns - now) / 1e9;
+  double reserve = left * RESERVE_SHARE;
+  if (reserve > RESERVE_MAX) reserve = RESERVE_MAX;
+  return left - reserve;
+}
+
+/* deadline() -> seconds on the mg.now() clock, or nil: the running task's */
+static int l_deadline(lua_State *L) {
+  mg_task *t = mg_current(L);
+  if (!t || !t->limit_ns) { lua_pushnil(L); return 1; }
+  lua_pushnumber(L, (double)t->limit_ns / 1e9);
+  return 1;
+}
+
+/* budget() -> seconds, or nil: see mg_call_budget */
+static int l_budget(lua_State *L) {
+  double b = mg_call_budget(L);
+  if (b < 0) lua_pushnil(L);
+  else lua_pushnumber(L, b);
+  return 1;
+}
+
+/* limit(task, at) -> task: bound the task's deadline by `at` (seconds on the
+** mg.now() clock); a deadline it already has that is earlier stays. */
+static int l_limit(lua_State *L) {
+  mg_task *t = check_task(L, 1);
+  double at = luaL_checknumber(L, 2);
+  luaL_argcheck(L, at == at, 2, "must be a number");
+  uint64_t ns = at <= 0 ? 1 : (uint64_t)(at * 1e9);
+  if (!t->limit_ns || ns < t->limit_ns) t->limit_ns = ns;
+  lua_settop(L, 1);
   return 1;
 }
 
@@ -837,6 +886,9 @@ static const luaL_Reg loop_funcs[] = {
   {"sleep", l_sleep},
   {"now", l_now},
   {"current", l_current},
+  {"deadline", l_deadline},
+  {"budget", l_budget},
+  {"limit", l_limit},
   {"park", l_park},
   {"unpark", l_unpark},
   {"install_interrupt", l_install_interrupt},

@@ -69,6 +69,14 @@ void mg_wake(mg_waiter *w);
 /* The running task's state, or NULL when L is not a moongraph task. */
 mg_task *mg_current(lua_State *L);
 
+/* Deadlines propagate: a task with a deadline (mg.timeout, inherited by the
+** tasks it spawns) bounds every call it makes. A primitive that starts I/O
+** takes min(its own timeout, mg_call_budget(L)) as its time limit: the
+** seconds left before the deadline less a reserve (a tenth of what is left,
+** at most 1 s) that leaves the caller time to handle the failure, e.g. take
+** a fallback. Returns -1 when the task has no deadline, 0 when none is left. */
+double mg_call_budget(lua_State *L);
+
 /* Sub-modules of moongraph.core: each pushes one table. */
 int mg_open_loop(lua_State *L);
 int mg_open_sse(lua_State *L);

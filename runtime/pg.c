@@ -69,7 +69,7 @@ struct pgop {
   int flushing;             /* output not yet fully sent */
   int failed;               /* err holds a connection-level failure */
   PGresult *res;            /* result to report */
-  uv_timer_t *timer;        /* connect timeout */
+  uv_timer_t *timer;        /* connect timeout, or the caller's deadline */
   double timeout;
   char err[ERRLEN];
 };
@@ -302,14 +302,33 @@ static pgconn *check_conn(lua_State *L) {
   return luaL_checkudata(L, 1, CONN_MT);
 }
 
-static void connect_timed_out(uv_timer_t *t) {
+/* The connect timeout, or a statement at its caller's deadline: the
+** statement is cancelled on the server and the connection closed (its state
+** is unknown), as when the task itself is cancelled. */
+static void op_timed_out(uv_timer_t *t) {
   pgop *op = t->data;
   pgconn *pc = op->pc;
-  char msg[64];
-  snprintf(msg, sizeof msg, "timeout after %gs", op->timeout);
-  op_fail(op, "pg: cannot connect: ", msg);
-  conn_close(pc, op->err);
+  char msg[96];
+  if (op->kind == OP_CONNECT) {
+    snprintf(msg, sizeof msg, "timeout after %gs", op->timeout);
+    op_fail(op, "pg: cannot connect: ", msg);
+  } else {
+    snprintf(msg, sizeof msg, "timeout after %gs, at the caller's deadline", op->timeout);
+    op_fail(op, "pg: ", msg);
+    if (pc->conn) send_cancel(pc);
+  }
+  conn_close(pc, op->kind == OP_CONNECT ? op->err
+                 : "pg: connection closed after a statement ran out of time");
   finish(pc);
+}
+
+static void op_start_timer(pgop *op, double sec) {
+  op->timer = malloc(sizeof *op->timer);
+  if (!op->timer) return;
+  op->timeout = sec;
+  uv_timer_init(mg_loop(), op->timer);
+  op->timer->data = op;
+  uv_timer_start(op->timer, op_timed_out, (uint64_t)ceil(sec * 1000.0), 0);
 }
 
 static int connect_done(lua_State *L, int status, lua_KContext ctx) {
@@ -370,15 +389,9 @@ static int l_connect(lua_State *L) {
   op->pc = pc;
   op->kind = OP_CONNECT;
   pc->op = op;
-  if (timeout > 0) {
-    op->timer = malloc(sizeof *op->timer);
-    if (op->timer) {
-      op->timeout = timeout;
-      uv_timer_init(mg_loop(), op->timer);
-      op->timer->data = op;
-      uv_timer_start(op->timer, connect_timed_out, (uint64_t)ceil(timeout * 1000.0), 0);
-    }
-  }
+  double budget = mg_call_budget(L);
+  if (budget >= 0 && (timeout <= 0 || budget < timeout)) timeout = budget > 0.001 ? budget : 0.001;
+  if (timeout > 0) op_start_timer(op, timeout);
   /* as if PQconnectPoll had asked to write */
   if (watch(pc, UV_WRITABLE) != 0) {
     op_fail(op, "pg: cannot connect: ", "cannot watch the socket");
@@ -715,6 +728,8 @@ static int start_op(lua_State *L, pgconn *pc, int kind, int sent) {
     op_free(op);
     return 2;
   }
+  double budget = mg_call_budget(L);
+  if (budget >= 0) op_start_timer(op, budget > 0.001 ? budget : 0.001);
   lua_settop(L, 1);
   return mg_await(L, &op->w, op_cancel, query_done, (lua_KContext)op);
 }

@@ -81,6 +81,7 @@ struct rop {
   redisReply **replies;
   uv_timer_t *timer;
   double timeout;           /* seconds, for the timeout message */
+  int by_deadline;          /* the caller's deadline set the timer */
   char err[ERRLEN];
   redisReply *one[1];
 };
@@ -165,9 +166,17 @@ static void op_timed_out(uv_timer_t *t) {
   if (op->kind == OP_CONNECT)
     snprintf(msg, sizeof msg, "redis: cannot connect to %s: timeout after %gs",
              c->addr, op->timeout);
-  else snprintf(msg, sizeof msg, "redis: timeout after %gs", op->timeout);
+  else snprintf(msg, sizeof msg, "redis: timeout after %gs%s", op->timeout,
+                op->by_deadline ? ", at the caller's deadline" : "");
   op_fail(op, msg);
   mg_wake(&op->w);
+  if (op->by_deadline) {
+    /* the command itself is fine: like a cancel, its reply is discarded on
+    ** arrival, and the connection serves the other tasks on */
+    if (c->drop_on_cancel)
+      conn_drop(c, "redis: connection closed after a command ran out of time");
+    return;
+  }
   /* The reply may still come: a connection in an unknown state is closed
   ** rather than reused, and its other commands fail with this reason. */
   if (op->kind == OP_SUB && c->sub_op == op) c->sub_op = NULL;
@@ -177,6 +186,15 @@ static void op_timed_out(uv_timer_t *t) {
   } else {
     conn_drop(c, "redis: connection closed after a command timed out");
   }
+}
+
+/* The time limit of a command: the connection's, or less when the calling
+** task's deadline comes first (see mg_call_budget). */
+static double op_limit(lua_State *L, rop *op, double own) {
+  double budget = mg_call_budget(L);
+  if (budget < 0 || (own > 0 && own <= budget)) return own;
+  op->by_deadline = 1;
+  return budget > 0.001 ? budget : 0.001;
 }
 
 static int op_start_timer(rop *op, double sec) {
@@ -658,7 +676,7 @@ static int l_call(lua_State *L) {
   op->expected = 1;
   op->refs++;                                /* hiredis */
   c->inflight++;
-  if (op_start_timer(op, c->timeout) != 0) op_fail(op, "redis: out of memory");
+  if (op_start_timer(op, op_limit(L, op, c->timeout)) != 0) op_fail(op, "redis: out of memory");
   lua_settop(L, 1);                          /* keep the connection anchored */
   return mg_await(L, &op->w, cmd_cancel, cmd_done, (lua_KContext)op);
 }
@@ -708,7 +726,7 @@ static int l_pipeline(lua_State *L) {
     return fail_op(L, op);
   }
   op->refs++;                                /* hiredis */
-  if (op_start_timer(op, c->timeout) != 0) op_fail(op, "redis: out of memory");
+  if (op_start_timer(op, op_limit(L, op, c->timeout)) != 0) op_fail(op, "redis: out of memory");
   lua_settop(L, 1);
   return mg_await(L, &op->w, cmd_cancel, pipe_done, (lua_KContext)op);
 }

@@ -18,11 +18,14 @@ local _M = {
   sleep = loop.sleep,
   now = loop.now,
   current = loop.current,
+  deadline = loop.deadline,
 }
 
 -- mg.timeout(sec, fn, ...) -> true, ...results | false, "timeout" | false, err
 -- fn runs in a child task, cancelled when the time is up (or when the caller
--- itself is cancelled).
+-- itself is cancelled). The child's deadline (mg.deadline(), inherited by the
+-- tasks it spawns) bounds every call it makes: HTTP, LLM retries, Redis and
+-- Postgres give up early enough for fn to handle the failure.
 function _M.timeout(sec, fn, ...)
   if type(sec) ~= "number" or sec < 0 then
     error("bad argument #1 to 'timeout': non-negative number of seconds expected", 2)
@@ -30,7 +33,7 @@ function _M.timeout(sec, fn, ...)
   if type(fn) ~= "function" then
     error("bad argument #2 to 'timeout': function expected", 2)
   end
-  local child = loop.spawn(fn, ...)
+  local child = loop.limit(loop.spawn(fn, ...), loop.now() + sec)
   local guard <close> = setmetatable({}, { __close = function()
     if not child:done() then child:cancel() end
   end })

@@ -556,6 +556,11 @@ function Client:_call(body, params, on_token)
         retry_after), emitted
     end
     local d = self:_delay(n, retry_after)
+    local budget = core.loop.budget()
+    if budget and d >= budget then
+      -- the caller's deadline comes before the retry could start
+      return nil, err .. string_format(" (no time left for a retry before the caller's deadline)"), emitted
+    end
     self:_log("llm: %s; retry %d/%d in %.2f s", err, n, self.max_retries, d)
     self.sleep(d)
   end

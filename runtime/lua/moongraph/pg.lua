@@ -216,10 +216,15 @@ end
 -- ends (also when the task is cancelled): a slot left inside a transaction
 -- is closed rather than handed on.
 local function take(self)
-  local slot, err = gate_acquire(self.gate, self.cfg.acquire_timeout)
+  local limit, why = self.cfg.acquire_timeout, ""
+  local budget = loop.budget()
+  if budget and (not limit or budget < limit) then
+    limit, why = budget, ", at the caller's deadline"
+  end
+  local slot = gate_acquire(self.gate, limit)
   if not slot then
-    return nil, format("pg: no connection free after %gs (pool of %d)",
-      self.cfg.acquire_timeout or 0, self.gate.size)
+    return nil, format("pg: no connection free after %gs (pool of %d)%s",
+      limit or 0, self.gate.size, why)
   end
   local guard = setmetatable({}, { __close = function()
     local raw = slot.raw
