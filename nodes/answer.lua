@@ -14,7 +14,7 @@
 -- the extractive answer (saying so); one that fails midway keeps what it
 -- streamed and says it was cut off. The node itself does not fail.
 local turn = require "nodes.lib.turn"
-local data = require "nodes.lib.data"
+local prompts = require "moongraph.prompt"
 local general = require "nodes.general"
 
 local type, ipairs, pairs, tostring, concat = type, ipairs, pairs, tostring, table.concat
@@ -29,13 +29,6 @@ local _M = {
 _M.offline_header = "[오프라인 답변] LLM이 설정되어 있지 않아, 찾은 정보를 그대로 정리했습니다."
 _M.fallback_header = "[오프라인 답변] LLM 호출에 실패해, 찾은 정보를 그대로 정리했습니다"
 
-local function render(template, vars)
-  return (template:gsub("{{%s*([%w_]+)%s*}}", function(k)
-    local v = vars[k]
-    if v == nil then return "" end
-    return tostring(v)
-  end))
-end
 
 -- Pure: the in-context examples of prompts/answer_examples.txt as
 -- { {question, contexts, missing, answer}, ... }.
@@ -77,14 +70,17 @@ function _M.user_prompt(question, contexts_text, missing_lines)
   return concat(parts, "\n\n")
 end
 
--- Pure: the chat messages for the LLM.
+-- Pure: the chat messages for the LLM -> list | nil, err (the system
+-- template names a value the node does not have).
 function _M.messages(state, system, examples)
   local sections = turn.sections(state)
   local notices = turn.notices(state)
   local summary = type(state.summary) == "table" and state.summary.text or nil
-  local msgs = { { role = "system", content = render(system, {
+  local system_text, err = prompts.render(system, {
     summary = summary and ("\n이전 대화 요약:\n" .. summary) or "",
-  }) } }
+  }, "answer.txt")
+  if not system_text then return nil, err end
+  local msgs = { { role = "system", content = system_text } }
   for _, ex in ipairs(examples or {}) do
     local missing = nil
     if ex.missing then
@@ -152,13 +148,15 @@ local function footer(out, notices)
 end
 
 local function ask_llm(llm, state, out)
-  local system, err = data.read_text("prompts/answer.txt")
-  if not system then return nil, "cannot read prompts/answer.txt: " .. tostring(err) end
-  local ex_text = data.read_text("prompts/answer_examples.txt")
+  local system, err = prompts.load("answer.txt")
+  if not system then return nil, err end
+  local ex_text = prompts.load("answer_examples.txt")
   local examples = ex_text and _M.parse_examples(ex_text) or {}
+  local messages, merr = _M.messages(state, system, examples)
+  if not messages then return nil, merr end
   local streamed = 0
   local res, cerr = llm:chat {
-    messages = _M.messages(state, system, examples),
+    messages = messages,
     stream = function(delta)
       local text = type(delta) == "table" and (delta.content or delta.text) or delta
       if type(text) == "string" and text ~= "" then

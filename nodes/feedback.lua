@@ -28,7 +28,7 @@
 -- without content words ("안녕") scores neither relevance.
 local korean = require "nodes.lib.korean"
 local turn = require "nodes.lib.turn"
-local data = require "nodes.lib.data"
+local prompts = require "moongraph.prompt"
 
 local type, ipairs, tostring, tonumber, concat = type, ipairs, tostring, tonumber, table.concat
 local floor, lower = math.floor, string.lower
@@ -249,10 +249,9 @@ function _M.schema()
 end
 
 local function judge(llm, state, grounding)
-  local template, err = data.read_text("prompts/feedback.txt")
-  if not template then return nil, "cannot read prompts/feedback.txt: " .. tostring(err) end
-  local vars = { question = state.message or "", contexts = grounding, answer = state.answer or "" }
-  local prompt = template:gsub("{{%s*([%w_]+)%s*}}", function(k) return vars[k] or "" end)
+  local prompt, err = prompts.file("feedback.txt",
+    { question = state.message or "", contexts = grounding, answer = state.answer or "" })
+  if not prompt then return nil, err end
   local res, cerr = llm:chat { messages = { { role = "user", content = prompt } },
                                json_schema = _M.schema(), temperature = 0 }
   if not res then return nil, tostring(cerr) end

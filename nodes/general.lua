@@ -1,7 +1,7 @@
 -- general: small talk and questions outside the other nodes, answered by
 -- the configured LLM (ctx.llm, a moongraph.llm client). Without an LLM it
 -- gives a short fixed reply saying so and what the assistant can do offline.
-local data = require "nodes.lib.data"
+local prompts = require "moongraph.prompt"
 
 local _M = {
   name = "general",
@@ -61,8 +61,8 @@ function _M.run(state, ctx)
       },
     }
   end
-  local system, err = data.read_text("prompts/general.txt")
-  if not system then error("general: cannot read prompts/general.txt: " .. tostring(err), 0) end
+  local system, err = prompts.load("general.txt")
+  if not system then error("general: " .. err, 0) end
   local res, cerr = llm:chat { messages = _M.messages(system, state) }
   if not res then error("general: LLM call failed: " .. tostring(cerr), 0) end
   local text = _M.reply_text(res)

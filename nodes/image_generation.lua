@@ -5,7 +5,7 @@
 -- The prompt template is prompts/image_generation.txt ({{message}} is replaced).
 -- Offline no image can be made: the node says it is unavailable.
 local adapter = require "nodes.lib.adapter"
-local data = require "nodes.lib.data"
+local prompts = require "moongraph.prompt"
 
 local _M = {
   name = "image_generation",
@@ -16,9 +16,9 @@ local _M = {
   size = "1024x1024",
 }
 
--- Pure: the prompt for a user request, from the template text.
+-- Pure: the prompt for a user request, from the template text -> text | nil, err
 function _M.prompt(template, message)
-  return (template:gsub("{{message}}", function() return message end))
+  return prompts.render(template, { message = message }, "image_generation.txt")
 end
 
 -- Pure: the images request.
@@ -91,11 +91,10 @@ function _M.run(state, ctx)
   if type(message) ~= "string" or message:match("^%s*$") then
     error("image_generation: the request (state.message) is empty", 0)
   end
-  local template, terr = data.read_text("prompts/image_generation.txt")
-  if not template then
-    error("image_generation: cannot read prompts/image_generation.txt: " .. tostring(terr), 0)
-  end
-  local prompt = _M.prompt(template, message)
+  local template, terr = prompts.load("image_generation.txt")
+  if not template then error("image_generation: " .. terr, 0) end
+  local prompt, perr = _M.prompt(template, message)
+  if not prompt then error("image_generation: " .. perr, 0) end
   local images = _M.parse_response(adapter.fetch("image_generation", _M.build_request(cfg, prompt)))
   return {
     contexts = {

@@ -2,7 +2,7 @@
 -- the savers of moongraph.checkpoint, and the file saver's on-disk layout.
 local mg = require "moongraph"
 local checkpoint = require "moongraph.checkpoint"
-local json = require "moongraph.checkpoint.json"
+local json = require "moongraph.json"
 
 local function tmpdir()
   local p = os.tmpname()

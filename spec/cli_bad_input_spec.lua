@@ -136,8 +136,8 @@ end)
 
 describe("JSON output", function()
   it("is valid UTF-8 even when a value holds invalid bytes", function()
-    local json = require "scripts.eco.json"
-    local s = json.encode { ["k\xff"] = "a\xffb\xed\xa0\x80c", list = json.array { "\xc3" } }
+    local json = require "moongraph.json"
+    local s = json.encode_output { ["k\xff"] = "a\xffb\xed\xa0\x80c", list = json.array { "\xc3" } }
     assert.is_truthy(utf8.len(s))
     local back = cjson.decode(s)
     assert.are.equal("a\u{FFFD}b\u{FFFD}\u{FFFD}\u{FFFD}c", back["k\u{FFFD}"])

@@ -4,7 +4,7 @@
 local eval = require "scripts.eco.eval"
 local commands = require "scripts.eco.commands"
 local explain = require "scripts.eco.explain"
-local json = require "scripts.eco.json"
+local json = require "moongraph.json"
 local cjson = require "cjson"
 
 local function line(t)

@@ -423,23 +423,10 @@ describe("eco intent", function()
     end)
   end)
 
-  describe("prompt rendering", function()
-    it("fills placeholders", function()
-      assert.equal("a=1 b=x", intent.render_prompt("a={{a}} b={{ b }}", { a = 1, b = "x" }))
-    end)
-
-    it("names a placeholder without a value", function()
-      local out, err = intent.render_prompt("{{a}} {{nope}}", { a = 1 })
-      assert.is_nil(out)
-      assert.equal("prompt placeholder {{nope}} has no value", err)
-    end)
-
-    it("has every placeholder of prompts/intent.txt filled", function()
-      local f = assert(io.open(intent.prompt_path()))
-      local text = f:read("a")
-      f:close()
-      assert.truthy(intent.render_prompt(text,
-        { intents = "x", prev_intent = "none", user_location = "unknown" }))
+  describe("the LLM prompt", function()
+    it("has every placeholder of prompts/intent.txt filled by what the classifier gives", function()
+      local prompt = require "moongraph.prompt"
+      assert(prompt.file("intent.txt", { intents = "x", prev_intent = "none", user_location = "unknown" }))
     end)
   end)
 end)

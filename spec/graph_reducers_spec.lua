@@ -1,5 +1,5 @@
 local reducers = require "moongraph.reducers"
-local json = require "moongraph.checkpoint.json"
+local json = require "moongraph.json"
 
 describe("reducers", function()
   it("last replaces", function()

@@ -1,6 +1,6 @@
 local mg = require "moongraph"
 local G = require "moongraph.graph"
-local json = require "moongraph.checkpoint.json"
+local json = require "moongraph.json"
 local START = G.START
 local R = G.reducers
 

@@ -82,7 +82,7 @@ describe("answer node", function()
 
   describe("prompt", function()
     it("parses the in-context examples of prompts/answer_examples.txt", function()
-      local ex = answer.parse_examples(assert(data.read_text("prompts/answer_examples.txt")))
+      local ex = answer.parse_examples(assert(require("moongraph.prompt").load("answer_examples.txt")))
       assert.is_true(#ex >= 2)
       for _, e in ipairs(ex) do
         assert.is_string(e.question)

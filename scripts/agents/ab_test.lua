@@ -19,7 +19,8 @@ _M.USAGE = "usage: [AB_SELECTED_AGENT=agent_a|agent_b] [AB_CONFIG=FILE] moongrap
 function _M.config_path()
   local p = os.getenv("AB_CONFIG")
   if p and p ~= "" then return p end
-  return data.dir() .. "/agents/ab_config.json"
+  -- a missing file is reported when it is read, by this name
+  return data.path("agents/ab_config.json") or "data/agents/ab_config.json"
 end
 
 --[[ selected(path) -> agent key | nil, err

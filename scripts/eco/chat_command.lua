@@ -25,7 +25,7 @@ local mg = require "moongraph"
 local ids = require "moongraph.ids"
 local text = require "moongraph.text"
 local chat = require "scripts.eco.chat"
-local json = require "scripts.eco.json"
+local json = require "moongraph.json"
 local aggregator = require "nodes.aggregator"
 
 local type, ipairs, pairs, tostring, tonumber, pcall = type, ipairs, pairs, tostring, tonumber, pcall
@@ -359,7 +359,7 @@ function _M.run(args, opts)
       -- the turn finished and was saved; only its trace file failed
       errw:write("moongraph chat: ", e, "\n")
       if o.json then
-        out:write(json.encode(_M.json_state(state, { thread_id = thread, error = e,
+        out:write(json.encode_output(_M.json_state(state, { thread_id = thread, error = e,
           timings = timings, elapsed_ms = elapsed })), "\n")
       end
       finish(1)
@@ -369,7 +369,7 @@ function _M.run(args, opts)
     out:write(msg, "\n")
     errw:write("moongraph chat: the run ended: ", e, "\n")
     if o.json then
-      out:write(json.encode(_M.json_state(state, {
+      out:write(json.encode_output(_M.json_state(state, {
         thread_id = thread, error = e,
         failed_node = node, message = msg, timings = timings, elapsed_ms = elapsed,
       })), "\n")
@@ -381,7 +381,7 @@ function _M.run(args, opts)
     new_thread and (" · continue with: moongraph chat --thread " .. thread .. " \"...\"") or ""))
   if o.trace then errw:write("· Chrome trace written to ", o.trace, " (open in ui.perfetto.dev)\n") end
   if o.json then
-    out:write(json.encode(_M.json_state(state, { thread_id = thread, timings = timings,
+    out:write(json.encode_output(_M.json_state(state, { thread_id = thread, timings = timings,
       elapsed_ms = math.floor(elapsed * 1000 + 0.5) / 1000 })), "\n")
   end
   return finish(0)

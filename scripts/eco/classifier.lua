@@ -20,6 +20,7 @@
 -- turns one back into text.
 
 local cjson = require "cjson"
+local paths = require "moongraph.paths"
 
 local codes, uchar, ulen, codepoint = utf8.codes, utf8.char, utf8.len, utf8.codepoint
 local sub = string.sub
@@ -409,19 +410,9 @@ function _M.predict(self, text)
   return probs, ranked, known
 end
 
--- Directory holding this repository's scripts/, data/ and prompts/.
-local function repo_root()
-  local src = debug.getinfo(1, "S").source
-  if src:sub(1, 1) == "@" then
-    local dir = src:sub(2):match("^(.*)scripts[/\\]eco[/\\]classifier%.lua$")
-    if dir then return dir end
-  end
-  return ""
-end
-_M.repo_root = repo_root
-
+-- data/intents.jsonl beside the modules (moongraph.paths).
 function _M.default_data_path()
-  return repo_root() .. "data/intents.jsonl"
+  return paths.find("data/intents.jsonl") or "data/intents.jsonl"
 end
 
 local default_model

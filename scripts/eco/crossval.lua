@@ -11,7 +11,7 @@ package.path = root .. "?.lua;" .. root .. "runtime/lua/?.lua;" .. package.path
 
 local classifier = require "scripts.eco.classifier"
 local eval = require "scripts.eco.eval"
-local json = require "scripts.eco.json"
+local json = require "moongraph.json"
 
 local k = tonumber(arg[1] or "5")
 local path = arg[2] or classifier.default_data_path()
@@ -31,7 +31,7 @@ for fold = 0, k - 1 do
   local model = classifier.train(classifier.training_examples(train))
   local lines = {}
   for i, o in ipairs(test) do
-    lines[i] = json.encode({ message = o.message, intent = o.intent,
+    lines[i] = json.encode_output({ message = o.message, intent = o.intent,
       additional_intents = json.array(o.additional_intents or {}) })
   end
   local report = assert(eval.eval(lines, { model = model }))

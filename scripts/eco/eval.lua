@@ -17,7 +17,7 @@
 
 local intent = require "scripts.eco.intent"
 local router = require "scripts.eco.router"
-local json = require "scripts.eco.json"
+local json = require "moongraph.json"
 
 local cjson = require "cjson"
 
@@ -283,7 +283,7 @@ end
 
 -- The report as one line of JSON.
 function _M.json(r)
-  return json.encode(r)
+  return json.encode_output(r)
 end
 
 setmetatable(_M, { __call = function(_, ...) return _M.eval(...) end })

@@ -12,7 +12,7 @@
 
 local intent = require "scripts.eco.intent"
 local router = require "scripts.eco.router"
-local json = require "scripts.eco.json"
+local json = require "moongraph.json"
 
 local format, rep, concat, sort = string.format, string.rep, table.concat, table.sort
 local ipairs, pairs, type, error = ipairs, pairs, type, error
@@ -134,7 +134,7 @@ function _M.explain(message, opts)
     source = res.source,
     fallback_reason = ex.fallback_reason,
   }
-  if opts.json then lines[#lines + 1] = json.encode(object) end
+  if opts.json then lines[#lines + 1] = json.encode_output(object) end
   return lines, object, res, decisions
 end
 

@@ -32,6 +32,7 @@
 local classifier = require "scripts.eco.classifier"
 
 local cjson = require "cjson"
+local prompts = require "moongraph.prompt"
 
 local type, ipairs, pairs, error, pcall, tostring, tonumber =
   type, ipairs, pairs, error, pcall, tostring, tonumber
@@ -508,34 +509,6 @@ end
 -- LLM decision
 ------------------------------------------------------------------------
 
--- The prompt template, rendered: {{name}} placeholders are replaced from
--- vars; an unknown placeholder is an error naming it.
-function _M.render_prompt(template, vars)
-  local missing
-  local out = gsub(template, "{{%s*([%w_]+)%s*}}", function(name)
-    local v = vars[name]
-    if v == nil then
-      missing = missing or name
-      return ""
-    end
-    return tostring(v)
-  end)
-  if missing then return nil, "prompt placeholder {{" .. missing .. "}} has no value" end
-  return out
-end
-
-function _M.prompt_path()
-  return classifier.repo_root() .. "prompts/intent.txt"
-end
-
-local function read_file(path)
-  local f, err = io.open(path, "r")
-  if not f then return nil, err end
-  local s = f:read("a")
-  f:close()
-  return s
-end
-
 local function json_schema()
   local enum = {}
   for i, c in ipairs(_M.INTENTS) do enum[i] = c end
@@ -557,9 +530,7 @@ _M.llm_timeout = tonumber(os.getenv("MOONGRAPH_INTENT_LLM_TIMEOUT") or "") or 10
 
 -- Ask the LLM. Returns the decision or nil, reason.
 local function ask_llm(message, opts)
-  local template, err = read_file(_M.prompt_path())
-  if not template then return nil, "prompt: " .. tostring(err) end
-  local prompt, perr = _M.render_prompt(template, {
+  local prompt, perr = prompts.file("intent.txt", {
     intents = concat(_M.INTENTS, ", "),
     prev_intent = opts.prev_intent or "none",
     user_location = is_set(opts.user_location) and tostring(opts.user_location) or "unknown",

@@ -27,6 +27,7 @@ model (prompts/gcri/*.txt); a number puzzle is always verified exactly.
 
 local mg = require "moongraph"
 local json = require "cjson.safe"
+local prompts = require "moongraph.prompt"
 local states = require "scripts.gcri.states"
 local sandbox = require "scripts.gcri.sandbox"
 local aggregator = require "scripts.gcri.aggregator"
@@ -41,30 +42,6 @@ _M.DEFAULTS = { branches = 2, max_iterations = 3, run_dir = ".moongraph/gcri/run
 ---------------------------------------------------------------------------
 -- LLM helpers
 
-local function root()
-  local src = debug.getinfo(1, "S").source
-  local path = src:sub(1, 1) == "@" and src:sub(2) or ""
-  return path:match("^(.*)/scripts/gcri/graph%.lua$") or "."
-end
-
-local prompt_cache = {}
-local function prompt(name, vars)
-  local text = prompt_cache[name]
-  if not text then
-    local path = root() .. "/prompts/gcri/" .. name .. ".txt"
-    local f, err = io.open(path, "rb")
-    if not f then error("gcri: cannot read the prompt " .. path .. ": " .. tostring(err), 0) end
-    text = f:read("a")
-    f:close()
-    prompt_cache[name] = text
-  end
-  return (text:gsub("{{([%w_]+)}}", function(k)
-    local v = vars[k]
-    if v == nil then return "" end
-    return tostring(v)
-  end))
-end
-
 local function reply_text(res)
   if type(res) == "string" then return res end
   if type(res) ~= "table" then return nil end
@@ -78,8 +55,10 @@ end
 
 -- ask(llm, prompt_name, vars, schema) -> decoded JSON object | nil, err
 local function ask(llm, name, vars, schema)
+  local text, perr = prompts.file("gcri/" .. name .. ".txt", vars)
+  if not text then return nil, perr end
   local res, err = llm:chat {
-    messages = { { role = "user", content = prompt(name, vars) } },
+    messages = { { role = "user", content = text } },
     json_schema = schema,
   }
   if not res then return nil, "LLM call failed: " .. tostring(err) end

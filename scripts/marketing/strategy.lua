@@ -5,6 +5,7 @@
 -- post-processing: badges, action seeds and the disclaimer.
 
 local features = require "scripts.marketing.features"
+local prompts = require "moongraph.prompt"
 
 local _M = {}
 
@@ -231,26 +232,9 @@ end
 ---------------------------------------------------------------------------
 -- prompts
 
-local function root()
-  local src = debug.getinfo(1, "S").source
-  local path = src:sub(1, 1) == "@" and src:sub(2) or ""
-  return path:match("^(.*)/scripts/marketing/strategy%.lua$") or "."
-end
-
-local prompt_cache = {}
-
---[[ prompt(intent, state) -> text of prompts/marketing/<intent>.txt filled in ]]
+--[[ prompt(intent, state) -> text of prompts/marketing/<intent>.txt filled
+in; raises when the template cannot be read or names an unknown value ]]
 function _M.prompt(intent, s)
-  local name = intent:lower()
-  local text = prompt_cache[name]
-  if not text then
-    local path = root() .. "/prompts/marketing/" .. name .. ".txt"
-    local f, err = io.open(path, "rb")
-    if not f then error("marketing: cannot read the prompt " .. path .. ": " .. tostring(err), 0) end
-    text = f:read("a")
-    f:close()
-    prompt_cache[name] = text
-  end
   local fb = ""
   if s.relevance_report and s.relevance_report.feedback and #s.relevance_report.feedback > 0 then
     fb = "\n[이전 초안의 품질 검증 실패 — 반드시 고치세요]\n- " .. table.concat(s.relevance_report.feedback, "\n- ")
@@ -260,7 +244,9 @@ function _M.prompt(intent, s)
     persona = s.persona and s.persona.summary or "", user_query = s.user_query,
     channel_hints = table.concat(s.channel_hints or {}, ", "), feedback = fb,
   }
-  return (text:gsub("{{([%w_]+)}}", function(k) return vars[k] or "" end))
+  local text, err = prompts.file("marketing/" .. intent:lower() .. ".txt", vars)
+  if not text then error("marketing: " .. err, 0) end
+  return text
 end
 
 return _M

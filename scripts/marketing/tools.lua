@@ -15,14 +15,12 @@
 -- failure.
 
 local json = require "cjson.safe"
+local paths = require "moongraph.paths"
 
 local _M = {}
 
 local function default_dir()
-  local src = debug.getinfo(1, "S").source
-  local path = src:sub(1, 1) == "@" and src:sub(2) or ""
-  local root = path:match("^(.*)/scripts/marketing/tools%.lua$") or "."
-  return root .. "/data/marketing"
+  return paths.find("data/marketing") or "data/marketing"
 end
 
 -- normalise a store name for comparison: lower case, no spaces or punctuation

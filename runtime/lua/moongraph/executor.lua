@@ -244,7 +244,7 @@ local function cache_key(spec, input)
     if ok and k ~= nil then return tostring(k) end
     return nil
   end
-  json = json or require "moongraph.checkpoint.json"
+  json = json or require "moongraph.json"
   return (json.encode(input))
 end
 

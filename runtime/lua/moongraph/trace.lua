@@ -13,7 +13,7 @@ error of the run.
 
 local setmetatable, io_open, math_floor, tostring = setmetatable, io.open, math.floor, tostring
 
-local json = require "moongraph.checkpoint.json"
+local json = require "moongraph.json"
 
 local _M = {}
 local T = {}

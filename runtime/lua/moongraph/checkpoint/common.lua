@@ -5,7 +5,7 @@ moongraph.checkpoint.common — argument checks and encoding shared by the saver
 local type, error, tostring = type, error, tostring
 local table_concat = table.concat
 
-local json = require "moongraph.checkpoint.json"
+local json = require "moongraph.json"
 
 local _M = {}
 

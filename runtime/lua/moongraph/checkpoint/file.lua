@@ -22,7 +22,7 @@ local string_format, string_gsub, string_byte, string_sub, string_match =
   string.format, string.gsub, string.byte, string.sub, string.match
 local table_sort = table.sort
 
-local json = require "moongraph.checkpoint.json"
+local json = require "moongraph.json"
 local common = require "moongraph.checkpoint.common"
 
 local _M = {}

@@ -39,6 +39,6 @@ function _M.cached(l1, durable, opts)
 end
 
 -- the JSON codec savers use for state (exact numbers, sorted keys)
-_M.json = require "moongraph.checkpoint.json"
+_M.json = require "moongraph.json"
 
 return _M

@@ -2,7 +2,7 @@
 moongraph.checkpoint.memory — an in-process checkpoint saver.
 
 Keeps checkpoints and pending writes in Lua tables for the life of the
-process. Everything is stored in its JSON form (moongraph.checkpoint.json),
+process. Everything is stored in its JSON form (moongraph.json),
 so a graph that works with this saver works with the file, Redis and
 Postgres savers too, and callers never share tables with the store.
 Implements the saver interface described in docs/checkpoints.md.
@@ -11,7 +11,7 @@ Implements the saver interface described in docs/checkpoints.md.
 local type, pairs, ipairs, error, tostring, setmetatable = type, pairs, ipairs, error, tostring, setmetatable
 local table_sort = table.sort
 
-local json = require "moongraph.checkpoint.json"
+local json = require "moongraph.json"
 local common = require "moongraph.checkpoint.common"
 
 local _M = {}

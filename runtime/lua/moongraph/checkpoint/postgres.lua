@@ -34,7 +34,7 @@ local type, error, tostring, setmetatable, ipairs, pairs, next =
 local format = string.format
 local sort, concat, remove = table.sort, table.concat, table.remove
 
-local json = require "moongraph.checkpoint.json"
+local json = require "moongraph.json"
 local common = require "moongraph.checkpoint.common"
 local SQLNULL = require("moongraph.pg").null
 

@@ -26,7 +26,7 @@ local type, error, tostring, setmetatable, ipairs, pairs, getmetatable =
 local format, gsub, byte = string.format, string.gsub, string.byte
 local sort, concat = table.sort, table.concat
 
-local json = require "moongraph.checkpoint.json"
+local json = require "moongraph.json"
 local common = require "moongraph.checkpoint.common"
 
 local _M = {}

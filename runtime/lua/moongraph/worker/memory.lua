@@ -20,7 +20,7 @@
 -- Redis is unreachable; a Postgres failure is returned as nil, err.
 
 local pg = require "moongraph.pg"
-local json = require "moongraph.checkpoint.json"
+local json = require "moongraph.json"
 local cjson = require("cjson.safe").new()
 
 local type, tostring, tonumber, ipairs, setmetatable, pcall =

@@ -12,7 +12,7 @@
 -- row when the job already had a result.
 
 local pg = require "moongraph.pg"
-local json = require "moongraph.checkpoint.json"
+local json = require "moongraph.json"
 
 local type, tostring, pcall, error = type, tostring, pcall, error
 

@@ -1,16 +1,24 @@
 --[[
-moongraph.checkpoint.json — the JSON form of checkpoints and pending writes.
+moongraph.json — the runtime's JSON codec: checkpoints, pending writes,
+traces, cache keys and the JSON that commands print.
 
 Checkpointed state must come back exactly as it went in, so this codec keeps
 what a general JSON library loses: integers stay integers and floats stay
-floats (2 and 2.0 are written differently), floats round-trip exactly, and
-object keys are sorted, so equal tables encode to equal strings (the node
-cache uses that as its default key). Values that JSON cannot hold (functions,
-coroutines, userdata, NaN, tables mixing list and map keys, cycles) are
-refused with the path to the offending value.
+floats (2 and 2.0 are written differently), floats round-trip exactly, empty
+arrays stay arrays (json.array marks them; decode marks the ones it reads),
+and object keys are sorted, so equal tables encode to equal strings (the
+node cache uses that as its default key). Values that JSON cannot hold
+(functions, coroutines, userdata, NaN, tables mixing list and map keys,
+cycles) are refused with the path to the offending value.
+
+Strings are written byte for byte (a checkpoint gives back what it got);
+encode(v, {valid_utf8 = true}) writes invalid UTF-8 sequences as U+FFFD, for
+output that another program parses.
 
 JSON null decodes to cjson.null when lua-cjson is installed (the value HTTP
-clients use), else to json.null; both encode back to null.
+clients use), else to json.null; both encode back to null. Wire protocols
+(HTTP APIs, LLM replies) are decoded with lua-cjson directly: faster, and
+they need nothing this codec keeps.
 ]]
 
 local type, pairs, tostring, tonumber, error = type, pairs, tostring, tonumber, error
@@ -18,7 +26,9 @@ local math_type, math_tointeger, huge = math.type, math.tointeger, math.huge
 local string_format, string_byte, string_sub, string_find, string_gsub =
   string.format, string.byte, string.sub, string.find, string.gsub
 local table_concat, table_sort, utf8_char = table.concat, table.sort, utf8.char
-local pcall, rawequal, setmetatable = pcall, rawequal, setmetatable
+local pcall, rawequal, setmetatable, getmetatable = pcall, rawequal, setmetatable, getmetatable
+local utf8_len = utf8.len
+local to_utf8 = require("moongraph.text").to_utf8
 
 local _M = {}
 
@@ -26,6 +36,15 @@ local ok_cjson, cjson = pcall(require, "cjson")
 _M.null = ok_cjson and cjson.null or setmetatable({}, { __name = "json.null",
   __tostring = function() return "null" end })
 local null = _M.null
+
+-- An array, even when empty ([] rather than {}).
+local array_mt = { __name = "json.array" }
+function _M.array(t)
+  return setmetatable(t or {}, array_mt)
+end
+function _M.is_array(t)
+  return getmetatable(t) == array_mt
+end
 
 local escapes = {
   ['"'] = '\\"', ["\\"] = "\\\\", ["\b"] = "\\b", ["\f"] = "\\f",
@@ -43,7 +62,8 @@ end
 -- object keys repeat from one checkpoint to the next: keep their encoding
 -- (a bounded cache: maps keyed by ids would otherwise grow it forever)
 local key_cache, key_count = {}, 0
-local function encode_key(k)
+local function encode_key(k, st)
+  if st.valid_utf8 and not utf8_len(k) then return encode_string(to_utf8(k)) end
   local e = key_cache[k]
   if not e then
     e = encode_string(k)
@@ -124,7 +144,7 @@ local function encode_table(t, buf, n, st)
       local k = strkeys[i]
       if i > 1 then n = n + 1; buf[n] = "," end
       if indent then n = n + 1; buf[n] = nl .. pad_in end
-      n = n + 1; buf[n] = encode_key(k)
+      n = n + 1; buf[n] = encode_key(k, st)
       n = n + 1; buf[n] = indent and ": " or ":"
       keys[depth] = k
       n = encode_value(t[k], buf, n, st)
@@ -132,7 +152,7 @@ local function encode_table(t, buf, n, st)
     if indent then n = n + 1; buf[n] = nl .. pad end
     n = n + 1; buf[n] = "}"
   elseif count == 0 then
-    n = n + 1; buf[n] = "{}"
+    n = n + 1; buf[n] = getmetatable(t) == array_mt and "[]" or "{}"
   else
     if count ~= len then
       st.depth = depth - 1
@@ -156,6 +176,7 @@ end
 encode_value = function(v, buf, n, st)
   local tv = type(v)
   if tv == "string" then
+    if st.valid_utf8 and not utf8_len(v) then v = to_utf8(v) end
     n = n + 1; buf[n] = encode_string(v)
   elseif tv == "number" then
     local s
@@ -180,11 +201,12 @@ end
 
 --[[ encode(value [, opts]) -> string | nil, err
 opts.indent = true writes two-space indented JSON; opts.name names the root
-in error messages (default "value"). ]]
+in error messages (default "value"); opts.valid_utf8 = true replaces invalid
+UTF-8 in strings and keys with U+FFFD. ]]
 function _M.encode(v, opts)
   local buf = {}
   local st = { name = opts and opts.name or "value", indent = opts and opts.indent,
-    depth = 0, keys = {}, seen = {} }
+    valid_utf8 = opts and opts.valid_utf8, depth = 0, keys = {}, seen = {} }
   local ok, err = pcall(encode_value, v, buf, 0, st)
   if not ok then
     if type(err) == "table" and err.path then
@@ -298,7 +320,7 @@ decode_value = function(s, pos, depth)
     if depth > 200 then decode_error(s, pos, "nesting too deep") end
     local t, n = {}, 0
     pos = skip_ws(s, pos + 1)
-    if string_byte(s, pos) == 93 then return t, pos + 1 end
+    if string_byte(s, pos) == 93 then return setmetatable(t, array_mt), pos + 1 end
     while true do
       local v
       v, pos = decode_value(s, pos, depth + 1)
@@ -326,6 +348,15 @@ decode_value = function(s, pos, depth)
   else
     return decode_number(s, pos)
   end
+end
+
+--[[ encode_output(value) -> string: JSON a person or another program reads
+(valid UTF-8); raises when the value cannot be written as JSON. ]]
+local OUTPUT = { valid_utf8 = true }
+function _M.encode_output(v)
+  local s, err = _M.encode(v, OUTPUT)
+  if not s then error("json: " .. err, 2) end
+  return s
 end
 
 --[[ decode(string) -> value | nil, err ]]
