@@ -6,6 +6,7 @@
 #   make bench     benchmarks (figures on stdout)
 #   make deps      Debian packages (idempotent; sudo when not root)
 #   make demo      deps + build + the main job
+#   make install-app  the binary and the applications under PREFIX (/usr/local)
 #
 # `test` and `demo` install the packages first and then build in a second make,
 # so that the pkg-config flags below are read after the libraries exist (a
@@ -31,7 +32,7 @@ APP_OBJ  := $(APP_SRC:runtime/%.c=$(BUILD)/%.o) $(BUILD)/embedded.o
 LUA_SRC  := $(shell find runtime/lua -name '*.lua' | sort)
 HDRS     := $(wildcard runtime/*.h)
 
-.PHONY: all test asan bench bench-core deps demo install clean check-deps
+.PHONY: all test asan bench bench-core deps demo install install-app clean check-deps
 all: $(BIN) $(OUTLIB)/moongraph/core.so
 
 # A build on a machine without the packages stops with the command to run,
@@ -105,6 +106,14 @@ install: $(OUTLIB)/moongraph/core.so
 	mkdir -p $(DESTDIR)$(LUADIR) $(DESTDIR)$(LIBDIR)/moongraph
 	cp -R runtime/lua/moongraph $(DESTDIR)$(LUADIR)/
 	cp $(OUTLIB)/moongraph/core.so $(DESTDIR)$(LIBDIR)/moongraph/core.so
+
+# The executable and the applications it runs (scripts/, nodes/, prompts/,
+# data/), found from any directory: the binary looks in ../share/moongraph.
+PREFIX ?= /usr/local
+install-app: $(BIN)
+	mkdir -p $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/moongraph
+	cp $(BIN) $(DESTDIR)$(PREFIX)/bin/moongraph
+	cp -R scripts nodes prompts data $(DESTDIR)$(PREFIX)/share/moongraph/
 
 # Build outputs only (never LIBDIR or LUADIR: those are install targets).
 clean:

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <lualib.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +67,26 @@ static void insert_searcher(lua_State *L, int pos) {
   lua_rawseti(L, -2, pos);
 }
 
+/* Applications (scripts/, nodes/, prompts/, data/) are found beside the
+** binary as well as in the working directory, so `moongraph chat` works from
+** anywhere: the directory of the executable (a checkout), then
+** <that>/../share/moongraph (`make install-app`). They go after package.path,
+** whose ./?.lua lets the working directory win. package is on the top. */
+static void add_app_roots(lua_State *L) {
+  char exe[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) return;
+  exe[n] = '\0';
+  char *slash = strrchr(exe, '/');
+  if (!slash) return;
+  *slash = '\0';
+  lua_getfield(L, -1, "path");
+  lua_pushfstring(L, ";%s/?.lua;%s/?/init.lua;%s/../share/moongraph/?.lua;"
+                     "%s/../share/moongraph/?/init.lua", exe, exe, exe, exe);
+  lua_concat(L, 2);
+  lua_setfield(L, -2, "path");
+}
+
 /* Module search order: preloaded C modules, the directories of
 ** MOONGRAPH_PATH (a ;-separated list: a development checkout wins), the Lua
 ** half of the runtime embedded in this binary (so an older copy installed
@@ -107,7 +128,9 @@ static void setup_package(lua_State *L) {
     lua_pushcclosure(L, search_moongraph_path, 1);
     insert_searcher(L, 2);
   }
-  lua_pop(L, 2);
+  lua_pop(L, 1);
+  add_app_roots(L);
+  lua_pop(L, 1);
 }
 
 static int msghandler(lua_State *L) {

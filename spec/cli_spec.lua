@@ -147,4 +147,19 @@ describe("moongraph CLI", function()
     assert.equal(0, r.code, r.err)
     assert.equal("1\n", r.out)
   end)
+
+  it("an installed copy (make install-app) runs its applications from any directory", function()
+    local prefix = os.tmpname()
+    os.remove(prefix)
+    local bin = cli.bin
+    local ok = os.execute(("make -s -o %s install-app BIN=%s PREFIX=%s >/dev/null"):format(
+      cli.quote(bin), cli.quote(bin), cli.quote(prefix)))
+    local h = io.popen("cd / && env MOONGRAPH_LLM_BASE_URL= MOONGRAPH_LLM_API_KEY= " ..
+      cli.quote(prefix .. "/bin/moongraph") .. " route --json '종이 어떻게 버려?' 2>&1")
+    local out = h:read("a")
+    h:close()
+    os.execute("rm -rf " .. cli.quote(prefix))
+    assert.is_true(ok)
+    assert.matches('"intent":"waste"', out, 1, true)
+  end)
 end)

@@ -66,13 +66,27 @@ describe("moongraph chat", function()
       assert.are.equal(2, chat(dir, { "--thread", "a b", "x" }).code)
     end)
 
-    it("says where the pipeline must be when it is not on the module path", function()
+    it("works from any directory: the application is found beside the binary", function()
       local bin = cli.bin:sub(1, 1) == "/" and cli.bin or (os.getenv("PWD") .. "/" .. cli.bin)
-      local p = io.popen("cd /tmp && " .. env(dir, { MOONGRAPH_PATH = "" }) .. " " .. cli.quote(bin) .. " chat x 2>&1; echo \"exit=$?\"")
+      local p = io.popen("cd / && " .. env(dir, { MOONGRAPH_PATH = "" }) .. " " .. cli.quote(bin) ..
+        " chat --json '종이 어떻게 버려?' 2>/dev/null; echo \"exit=$?\"")
       local out = p:read("a")
       p:close()
-      assert.matches("not on the module path; run from the repository root or set MOONGRAPH_PATH", out)
-      assert.matches("exit=1", out)
+      assert.matches("exit=0", out)
+      assert.matches('"intent":"waste"', out, 1, true)
+    end)
+
+    it("is an unknown command, with where commands are looked for, when no application has it", function()
+      -- a copy of the binary in a directory without scripts/
+      local bin = cli.bin:sub(1, 1) == "/" and cli.bin or (os.getenv("PWD") .. "/" .. cli.bin)
+      local lone = dir .. "/bin"
+      assert(os.execute("mkdir -p " .. cli.quote(lone) .. " && cp " .. cli.quote(bin) .. " " .. cli.quote(lone)))
+      local p = io.popen("cd " .. cli.quote(lone) .. " && " .. env(dir, { MOONGRAPH_PATH = "" }) .. " ./" ..
+        bin:match("([^/]+)$") .. " chat x 2>&1; echo \"exit=$?\"")
+      local out = p:read("a")
+      p:close()
+      assert.matches("unknown command 'chat' %(application commands are declared in scripts/APP/commands%.lua", out)
+      assert.matches("exit=2", out)
     end)
 
     it("is listed in the help", function()

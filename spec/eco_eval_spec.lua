@@ -2,7 +2,9 @@
 -- and `moongraph route`, and the small Lua front ends in scripts/eco/.
 
 local eval = require "scripts.eco.eval"
-local commands = require "scripts.eco.commands"
+local route_command = require "scripts.eco.route_command"
+local eval_command = require "scripts.eco.eval_command"
+local cli = require "cli"
 local explain = require "scripts.eco.explain"
 local json = require "moongraph.json"
 local cjson = require "cjson"
@@ -211,7 +213,7 @@ describe("eco explain", function()
 
     it("route prints the explanation and ends with the JSON decision", function()
       local out, err = sink(), sink()
-      local code = commands.route({ "--location", "서울", "--json", "폐건전지 수거함 어디 있어?" },
+      local code = route_command.main({ "--location", "서울", "--json", "폐건전지 수거함 어디 있어?" },
         { stdout = out, stderr = err })
       assert.equal(0, code)
       assert.equal("", err.text())
@@ -221,21 +223,21 @@ describe("eco explain", function()
 
     it("route reports bad usage with status 2", function()
       local err = sink()
-      assert.equal(2, commands.route({ "--prev-intent" }, { stdout = sink(), stderr = err }))
+      assert.equal(2, route_command.main({ "--prev-intent" }, { stdout = sink(), stderr = err }))
       assert.matches("--prev-intent needs a value", err.text(), 1, true)
-      assert.equal(2, commands.route({}, { stdout = sink(), stderr = sink() }))
-      assert.equal(2, commands.route({ "--verbose", "x" }, { stdout = sink(), stderr = sink() }))
-      assert.equal(2, commands.route({ "a", "b" }, { stdout = sink(), stderr = sink() }))
+      assert.equal(2, route_command.main({}, { stdout = sink(), stderr = sink() }))
+      assert.equal(2, route_command.main({ "--verbose", "x" }, { stdout = sink(), stderr = sink() }))
+      assert.equal(2, route_command.main({ "a", "b" }, { stdout = sink(), stderr = sink() }))
     end)
 
     it("eval draws its progress bar on stderr only on a terminal", function()
       local out, err = sink(), sink()
-      assert.equal(0, commands.eval({ "--json", "spec/fixtures/routing_check.jsonl" },
+      assert.equal(0, eval_command.main({ "--json", "spec/fixtures/routing_check.jsonl" },
         { stdout = out, stderr = err, is_tty = true }))
       assert.matches("^\r%[", err.text())
       assert.is_number(cjson.decode(out.text()).nodes.accuracy)
       local quiet = sink()
-      commands.eval({ "spec/fixtures/routing_check.jsonl" }, { stdout = sink(), stderr = quiet })
+      eval_command.main({ "spec/fixtures/routing_check.jsonl" }, { stdout = sink(), stderr = quiet })
       assert.equal("", quiet.text())
     end)
 
@@ -245,39 +247,48 @@ describe("eco explain", function()
       f:write('{"message": "안녕", "intent": "general"}\n{"message": 3}\n')
       f:close()
       local err = sink()
-      local code = commands.eval({ path }, { stdout = sink(), stderr = err })
+      local code = eval_command.main({ path }, { stdout = sink(), stderr = err })
       os.remove(path)
       assert.equal(1, code)
       assert.matches(': line 2: "message" must be a non-empty string', err.text(), 1, true)
     end)
   end)
 
-  describe("scripts", function()
-    it("route.lua prints the explanation and the JSON decision", function()
-      local out, code = run("lua5.4 scripts/eco/route.lua --prev-intent bulk_waste --json '팔 수 있어?'")
-      assert.equal(0, code)
-      local last = out:match("([^\n]+)\n$")
-      local obj = cjson.decode(last)
+  describe("through the moongraph executable, from any directory", function()
+    local function moongraph(args)
+      local bin = cli.bin:sub(1, 1) == "/" and cli.bin or (os.getenv("PWD") .. "/" .. cli.bin)
+      local q = {}
+      for i, a in ipairs(args) do q[i] = cli.quote(a) end
+      local spec = os.getenv("PWD") .. "/spec/fixtures/routing_check.jsonl"
+      local cmd = "cd / && env MOONGRAPH_LLM_BASE_URL= MOONGRAPH_LLM_API_KEY= " .. cli.quote(bin) .. " " ..
+        table.concat(q, " "):gsub("SPEC_FILE", spec)
+      return run(cmd)
+    end
+
+    it("route prints the explanation and the JSON decision", function()
+      local out, code = moongraph { "route", "--prev-intent", "bulk_waste", "--json", "팔 수 있어?" }
+      assert.equal(0, code, out)
+      local obj = cjson.decode(out:match("([^\n]+)\n$"))
       assert.equal("recyclable_price", obj.intent)
       assert.same({ "recyclable_price" }, obj.nodes)
     end)
 
-    it("route.lua rejects an unknown previous intent", function()
-      local out, code = run("lua5.4 scripts/eco/route.lua --prev-intent nope '안녕'")
+    it("route rejects an unknown previous intent as bad usage", function()
+      local out, code = moongraph { "route", "--prev-intent", "nope", "안녕" }
       assert.equal(2, code)
       assert.matches("route: unknown --prev-intent 'nope' (known: waste,", out, 1, true)
     end)
 
-    it("eval_cli.lua reports on a file, as text or JSON", function()
-      local out, code = run("lua5.4 scripts/eco/eval_cli.lua spec/fixtures/routing_check.jsonl")
-      assert.equal(0, code)
+    it("eval reports on a file, as text or JSON", function()
+      local out, code = moongraph { "eval", "SPEC_FILE" }
+      assert.equal(0, code, out)
       assert.matches("intent accuracy:", out, 1, true)
-      local js = run("lua5.4 scripts/eco/eval_cli.lua --json spec/fixtures/routing_check.jsonl")
+      local js = moongraph { "eval", "--json", "SPEC_FILE" }
       assert.is_number(cjson.decode(js).intent.accuracy)
     end)
 
-    it("eval_cli.lua names a bad file", function()
-      local out, code = run("lua5.4 scripts/eco/eval_cli.lua /nonexistent.jsonl")
+    it("eval names a file it cannot read", function()
+      local out, code = moongraph { "eval", "/nonexistent.jsonl" }
       assert.equal(1, code)
       assert.matches("eval: ", out, 1, true)
     end)

@@ -6,12 +6,6 @@ local mg = require "moongraph"
 
 local _M = {}
 
--- An LLM client when MOONGRAPH_LLM_BASE_URL or MOONGRAPH_LLM_API_KEY is set,
--- else nil: the examples then use their offline agents.
-function _M.llm_from_env()
-  return require("moongraph.cmd.app").llm_from_env()
-end
-
 -- The reply text of an LLM chat result: a string, or a table carrying
 -- content / text / message.content / choices[1].message.content.
 function _M.reply_text(res)
@@ -85,7 +79,8 @@ function _M.main(args, usage, build, input_of)
     io.stderr:write(err, "\n", usage, "\n")
     return 2
   end
-  local app = build { llm = _M.llm_from_env() }
+  -- without MOONGRAPH_LLM_* the examples use their offline agents
+  local app = build { llm = (require("moongraph.llm").from_env()) }
   local final = nil
   local ok, e = pcall(function()
     for ev in app:stream(input, { modes = { "custom", "values" } }) do

@@ -18,10 +18,12 @@
 -- ends the run, the user gets a plain message, the JSON line carries
 -- `error` and `failed_node`, and the exit status is 1.
 --
--- run(args, opts) -> exit status (0 done, 1 the run failed, 2 bad usage).
+-- main(args, opts) -> exit status (0 done, 1 the run failed, 2 bad usage).
 -- opts: stdout, stderr (file-like), llm (a moongraph.llm client or nil),
 -- state_dir, clock (for the weather node), now (seconds, for thread ids).
 local mg = require "moongraph"
+local args = require "moongraph.args"
+local llm_mod = require "moongraph.llm"
 local ids = require "moongraph.ids"
 local text = require "moongraph.text"
 local chat = require "scripts.eco.chat"
@@ -33,7 +35,12 @@ local concat, sort, format = table.concat, table.sort, string.format
 
 local _M = {}
 
-_M.USAGE = "usage: chat [--thread ID] [--location LOCATION] [--trace FILE] [--json] MESSAGE"
+_M.SPEC = {
+  name = "chat",
+  usage = "usage: chat [--thread ID] [--location LOCATION] [--trace FILE] [--json] MESSAGE",
+  options = { thread = "string", location = "string", trace = "string", json = "flag" },
+  positional = { name = "message", label = "MESSAGE", required = true },
+}
 
 function _M.state_dir()
   local d = os.getenv("MOONGRAPH_STATE_DIR")
@@ -41,44 +48,21 @@ function _M.state_dir()
   return ".moongraph/threads"
 end
 
-function _M.parse(args)
-  local o = {}
-  local i = 1
-  while i <= #args do
-    local a = args[i]
-    if a == "--thread" or a == "--location" or a == "--trace" then
-      local v = args[i + 1]
-      if v == nil or v == "" then return nil, "chat: " .. a .. " needs a value" end
-      o[a:sub(3)] = v
-      i = i + 2
-    elseif a == "--json" then
-      o.json = true
-      i = i + 1
-    elseif a == "-h" or a == "--help" then
-      o.help = true
-      i = i + 1
-    elseif a:sub(1, 2) == "--" then
-      return nil, "chat: unknown option " .. a
-    elseif o.message then
-      return nil, "chat: one message only (quote it)"
-    else
-      o.message = a
-      i = i + 1
-    end
-  end
-  if not o.help and (not o.message or not o.message:find("%S")) then
-    return nil, "chat: missing MESSAGE"
-  end
+-- parse(argv) -> options | nil, message: the shared parser, then what a
+-- turn needs (an id the file saver can use, UTF-8 text).
+function _M.parse(argv)
+  local o, err = args.parse(_M.SPEC, argv)
+  if not o or o.help then return o, err end
   if o.thread then
-    local ok, err = ids.check(o.thread, "--thread")
-    if not ok then return nil, "chat: " .. err end
+    local ok, ierr = ids.check(o.thread, "--thread")
+    if not ok then return nil, ierr end
   end
   for _, name in ipairs { "message", "location" } do
     local v = o[name]
     local ok, at = true, nil
     if v then ok, at = text.check_utf8(v) end
     if not ok then
-      return nil, format("chat: %s is not valid UTF-8 (bad byte at position %d)",
+      return nil, format("%s is not valid UTF-8 (bad byte at position %d)",
         name == "message" and "MESSAGE" or "--location", at)
     end
   end
@@ -245,18 +229,12 @@ function _M.failure_message(err)
   return node, format("죄송합니다. %s 서비스에 문제가 있어 답변을 완성하지 못했어요. 잠시 후 다시 시도해 주세요.", what)
 end
 
-function _M.run(args, opts)
+function _M.main(argv, opts)
   opts = opts or {}
   local out, errw = opts.stdout or io.stdout, opts.stderr or io.stderr
-  local o, perr = _M.parse(args)
-  if not o then
-    errw:write(perr, "\n", _M.USAGE, "\n")
-    return 2
-  end
-  if o.help then
-    out:write(_M.USAGE, "\n")
-    return 0
-  end
+  local o, perr = _M.parse(argv)
+  if not o then return args.usage_error(_M.SPEC, perr, errw) end
+  if o.help then return args.help(_M.SPEC, out) end
   if o.trace then
     local ok, terr = check_trace_path(o.trace)
     if not ok then
@@ -273,6 +251,11 @@ function _M.run(args, opts)
   local prev_intent, prev_turn
   if not new_thread then prev_intent, prev_turn = chat.previous_intent(app, thread) end
   local llm = opts.llm
+  if llm == nil then
+    local lerr
+    llm, lerr = llm_mod.from_env()
+    if lerr then errw:write("moongraph chat: no LLM: ", lerr, "; answering offline\n") end
+  end
   errw:write(format("· moongraph chat · thread %s · turn %d%s · %s\n", thread, (prev_turn or 0) + 1,
     prev_intent and (" (previous intent " .. prev_intent .. ")") or "",
     llm and "LLM configured" or "offline: no LLM configured (offline classifier, extractive answer)"))

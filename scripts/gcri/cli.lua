@@ -8,44 +8,20 @@
 -- The workspaces and result.json are left in the run directory (default
 -- .moongraph/gcri/<time>-<pid-ish>).
 
+local args = require "moongraph.args"
+local llm_mod = require "moongraph.llm"
 local gcri = require "scripts.gcri.graph"
 local puzzle = require "scripts.gcri.puzzle"
 local json = require "cjson.safe"
 
 local _M = {}
 
-_M.USAGE = "usage: gcri [--branches N] [--max-iterations N] [--run-dir DIR] [--json] TASK"
-
-local function parse(args)
-  local o = { words = {} }
-  local i = 1
-  while i <= #args do
-    local a = args[i]
-    if a == "--branches" or a == "--max-iterations" or a == "--run-dir" then
-      local v = args[i + 1]
-      if not v then return nil, a .. " needs a value" end
-      if a == "--run-dir" then o.run_dir = v else
-        local n = math.tointeger(tonumber(v))
-        if not n then return nil, a .. " needs an integer" end
-        o[a == "--branches" and "branches" or "max_iterations"] = n
-      end
-      i = i + 2
-    elseif a == "--json" then
-      o.json = true
-      i = i + 1
-    elseif a == "-h" or a == "--help" then
-      o.help = true
-      i = i + 1
-    elseif a:sub(1, 2) == "--" then
-      return nil, "unknown option " .. a
-    else
-      o.words[#o.words + 1] = a
-      i = i + 1
-    end
-  end
-  o.task = table.concat(o.words, " ")
-  return o
-end
+_M.SPEC = {
+  name = "gcri",
+  usage = "usage: gcri [--branches N] [--max-iterations N] [--run-dir DIR] [--json] TASK",
+  options = { branches = "integer", ["max-iterations"] = "integer", ["run-dir"] = "string", json = "flag" },
+  positional = { name = "task", label = "TASK", required = true, join = true },
+}
 
 local function default_run_dir()
   return string.format(".moongraph/gcri/%s-%04d", os.date("!%Y%m%dT%H%M%S"), math.random(0, 9999))
@@ -82,20 +58,18 @@ local function report(out, ev)
   end
 end
 
-function _M.main(args, opts)
+function _M.main(argv, opts)
   opts = opts or {}
   local out, err = opts.stdout or io.stdout, opts.stderr or io.stderr
-  local o, perr = parse(args)
-  if not o then
-    err:write("gcri: ", perr, "\n", _M.USAGE, "\n")
-    return 2
-  end
-  if o.help then out:write(_M.USAGE, "\n") return 0 end
-  if not o.task:find("%S") then
-    err:write("gcri: missing TASK\n", _M.USAGE, "\n")
-    return 2
-  end
+  local o, perr = args.parse(_M.SPEC, argv)
+  if not o then return args.usage_error(_M.SPEC, perr, err) end
+  if o.help then return args.help(_M.SPEC, out) end
   local llm = opts.llm
+  if llm == nil then
+    local lerr
+    llm, lerr = llm_mod.from_env()
+    if lerr then err:write("gcri: no LLM: ", lerr, "; running offline\n") end
+  end
   if not llm and not puzzle.parse(o.task) then
     err:write("gcri: offline (no LLM configured) the strategies solve number puzzles such as ",
       "\"make 24 from 4 7 8 8\"; set MOONGRAPH_LLM_BASE_URL / MOONGRAPH_LLM_API_KEY for other tasks\n")

@@ -4,5 +4,4 @@
 --   ./moongraph run scripts/gcri/run.lua --branches 3 --run-dir /tmp/gcri "make 24 from 3 3 8 8"
 --
 -- The same as `moongraph gcri ...`; see scripts/gcri/cli.lua for the options.
-local llm = require("moongraph.cmd.app").llm_from_env()
-return require("scripts.gcri.cli").main({ ... }, { llm = llm })
+return require("scripts.gcri.cli").main({ ... })

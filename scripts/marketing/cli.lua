@@ -10,51 +10,26 @@
 -- may come from another process.
 
 local json = require "cjson.safe"
+local args = require "moongraph.args"
 
 local _M = {}
 
-_M.USAGE = "usage: marketing [--store NAME] [--thread ID] [--json] QUERY"
+_M.SPEC = {
+  name = "marketing",
+  usage = "usage: marketing [--store NAME] [--thread ID] [--json] QUERY",
+  options = { store = "string", thread = "string", json = "flag" },
+  positional = { name = "query", label = "QUERY", join = true },
+}
 
-local function parse(args)
-  local o, words = {}, {}
-  local i = 1
-  while i <= #args do
-    local a = args[i]
-    if a == "--store" or a == "--thread" then
-      local v = args[i + 1]
-      if not v then return nil, a .. " needs a value" end
-      o[a:sub(3)] = v
-      i = i + 2
-    elseif a == "--json" then
-      o.json = true
-      i = i + 1
-    elseif a == "-h" or a == "--help" then
-      o.help = true
-      i = i + 1
-    elseif a:sub(1, 2) == "--" then
-      return nil, "unknown option " .. a
-    else
-      words[#words + 1] = a
-      i = i + 1
-    end
-  end
-  o.query = table.concat(words, " ")
-  if o.query == "" then o.query = nil end
-  return o
-end
-
-function _M.main(args, opts)
+function _M.main(argv, opts)
   opts = opts or {}
   local out, err = opts.stdout or io.stdout, opts.stderr or io.stderr
-  local o, perr = parse(args)
-  if not o then
-    err:write("marketing: ", perr, "\n", _M.USAGE, "\n")
-    return 2
-  end
-  if o.help then out:write(_M.USAGE, "\n") return 0 end
+  local o, perr = args.parse(_M.SPEC, argv)
+  if not o then return args.usage_error(_M.SPEC, perr, err) end
+  if o.help then return args.help(_M.SPEC, out) end
+  if o.query and not o.query:find("%S") then o.query = nil end
   if not o.query and not (o.store and o.thread) then
-    err:write("marketing: missing QUERY (or --thread ID --store NAME to answer a question)\n", _M.USAGE, "\n")
-    return 2
+    return args.usage_error(_M.SPEC, "missing QUERY (or --thread ID --store NAME to answer a question)", err)
   end
   local adapter = require "scripts.marketing.adapter"
   local ok, pipeline = pcall(adapter.new, opts.pipeline_opts)

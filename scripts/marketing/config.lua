@@ -73,7 +73,7 @@ MOONGRAPH_LLM_BASE_URL / MOONGRAPH_LLM_API_KEY first (moongraph's own
 configuration), else GOOGLE_API_KEY through Gemini's OpenAI-compatible
 endpoint, else nil (offline templates). ]]
 function _M.llm(settings)
-  local own = require("moongraph.cmd.app").llm_from_env()
+  local own = (require("moongraph.llm").from_env())
   if own then return own end
   if settings.google_api_key then
     local llm = require "moongraph.llm"

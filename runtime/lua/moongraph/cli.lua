@@ -1,12 +1,14 @@
 -- moongraph.cli: the command line of the `moongraph` executable.
 --
 -- `run FILE`, `-e CODE`, `repl`, `--version` and `help` are handled here.
--- Any other command NAME is served by the module moongraph.cmd.NAME (its
--- `main(args)` runs inside a task and returns the exit status), so features
--- add commands without touching this file. Unknown commands and bad flags
--- print the usage and exit 2; a script error prints its traceback and exits 1.
+-- Any other NAME is a command of moongraph.commands: a runtime command
+-- (moongraph.cmd.NAME) or one an application declares in its
+-- scripts/APP/commands.lua. Its module's `main(args)` runs inside a task and
+-- returns the exit status. Unknown commands and bad flags print the usage and
+-- exit 2; a script error prints its traceback and exits 1.
 
 local core = require "moongraph.core"
+local commands = require "moongraph.commands"
 local loop = core.loop
 
 local _M = {}
@@ -23,25 +25,24 @@ usage: moongraph COMMAND [ARGS...]
 
 local function usage(out)
   out:write(USAGE)
-  local extra = {}
-  for name, help in pairs(_M.commands or {}) do extra[#extra + 1] = { name, help } end
-  table.sort(extra, function(a, b) return a[1] < b[1] end)
-  if #extra > 0 then
-    out:write("\nmore commands:\n")
-    for _, e in ipairs(extra) do out:write(string.format("  %-20s %s\n", e[1], e[2])) end
+  out:write("\nruntime commands:\n")
+  for _, c in ipairs(commands.runtime()) do
+    out:write(string.format("  %-20s %s\n", c.name, c.summary))
+  end
+  local ok, apps = pcall(loop.run, commands.apps)
+  if not ok then
+    out:write("\n(application commands could not be listed: ", tostring(apps), ")\n")
+    return
+  end
+  local app = nil
+  for _, c in ipairs(apps) do
+    if c.app ~= app then
+      app = c.app
+      out:write("\n", app, " (scripts/", app, "/):\n")
+    end
+    out:write(string.format("  %-20s %s\n", c.name, c.summary))
   end
 end
-
--- Commands served by moongraph.cmd.* modules: name -> one-line help.
-_M.commands = {
-  route = "explain the Eco² routing decision for a message",
-  eval = "score the Eco² router on a labelled .jsonl file",
-  chat = "ask the Eco² chat pipeline (streams the answer; --thread continues a conversation)",
-  worker = "run jobs from the Redis stream moongraph:jobs (results in Postgres)",
-  submit = "enqueue a job for the workers; --follow prints its events as they arrive",
-  gcri = "run the GCRI multi-branch workflow on a task",
-  marketing = "one turn of the store-marketing pipeline",
-}
 
 local function bad_usage(msg)
   io.stderr:write("moongraph: ", msg, "\n")
@@ -120,12 +121,24 @@ function _M.main(argv)
   if not cmd:match("^[%w_]+$") then
     return bad_usage("unknown command '" .. cmd .. "'")
   end
-  local found, mod = pcall(require, "moongraph.cmd." .. cmd)
+  local found, c = pcall(loop.run, commands.find, cmd)
   if not found then
-    if tostring(mod):find("module 'moongraph.cmd." .. cmd .. "' not found", 1, true) then
-      return bad_usage("unknown command '" .. cmd .. "'")
-    end
+    io.stderr:write("moongraph: ", tostring(c), "\n")
+    return 1
+  end
+  if not c then
+    return bad_usage("unknown command '" .. cmd .. "' (application commands are declared in " ..
+      "scripts/APP/commands.lua beside the modules: the working directory, the moongraph " ..
+      "binary's directory or MOONGRAPH_PATH)")
+  end
+  local ok, mod = pcall(require, c.module)
+  if not ok then
     io.stderr:write("moongraph: ", tostring(mod), "\n")
+    return 1
+  end
+  if type(mod) ~= "table" or type(mod.main) ~= "function" then
+    io.stderr:write("moongraph: command '", cmd, "': module ", tostring(c.module),
+      " does not return a table with main(args)\n")
     return 1
   end
   local rest = {}

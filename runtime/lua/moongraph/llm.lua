@@ -28,7 +28,7 @@ local core = require "moongraph.core"
 
 local type, pairs, ipairs, next, error, tostring, tonumber =
       type, pairs, ipairs, next, error, tostring, tonumber
-local setmetatable, getmetatable, utf8 = setmetatable, getmetatable, utf8
+local setmetatable, getmetatable, utf8, pcall = setmetatable, getmetatable, utf8, pcall
 local math_type, math_floor, math_min, math_max, math_random, math_huge =
       math.type, math.floor, math.min, math.max, math.random, math.huge
 local string_format, table_concat, os_getenv, os_time, os_date =
@@ -160,6 +160,23 @@ function _M.new(opts)
   self.secret = function() return api_key end
   self.host = host_of(self.base_url)
   return self
+end
+
+--[[ from_env() -> client | nil (no LLM configured) | nil, err
+The client the environment describes (MOONGRAPH_LLM_BASE_URL, _API_KEY,
+_MODEL). Nothing set means no LLM: callers take their offline paths. Set but
+unusable (no model, a malformed URL) is nil and the reason, for the caller to
+report before going offline. ]]
+function _M.from_env()
+  local function set(name)
+    local v = os_getenv(name)
+    return v ~= nil and v ~= ""
+  end
+  if not (set("MOONGRAPH_LLM_BASE_URL") or set("MOONGRAPH_LLM_API_KEY")) then return nil end
+  local ok, client, err = pcall(_M.new, {})
+  if not ok then return nil, "llm: " .. (tostring(client):gsub("^bad argument #1 to 'new': ", "")) end
+  if not client then return nil, err end
+  return client
 end
 
 Client.__tostring = function(self)

@@ -21,7 +21,7 @@ return {
       return 2
     end
     local worker = require "moongraph.worker"
-    local w = worker.new(cfg, { llm = require("moongraph.cmd.app").llm_from_env() })
+    local w = worker.new(cfg, { llm = (require("moongraph.llm").from_env()) })
     return w:run()
   end,
 }
