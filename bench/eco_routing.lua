@@ -5,9 +5,9 @@
 
 package.path = "./?.lua;" .. package.path
 
-local classifier = require "scripts.eco.classifier"
-local intent = require "scripts.eco.intent"
-local router = require "scripts.eco.router"
+local classifier = require "nodes.lib.intent_model"
+local intent = require "scripts.eco.routing"
+local routing = require "scripts.eco.routing"
 
 local clock = os.clock
 
@@ -40,7 +40,7 @@ local n = 400
 local classify_s = best_of(3, function()
   for i = 1, n do intent.classify(messages[i % #messages + 1], { prev_intent = "waste" }) end
 end) / n
-local route = router.new{}
+local route = routing.new_router{}
 local state = { intent = "waste", additional_intents = { "collection_point" }, user_location = "서울" }
 local route_s = best_of(3, function()
   for _ = 1, 10000 do route(state) end

@@ -123,7 +123,7 @@ local http = require "moongraph.http"
 local paths = { location = "/v2/local/search/keyword.json", collection_point = "/v1/collection-points",
                 weather = "/getVilageFcst" }
 local stand_in = {}
-local canned_intent = require("nodes.intent").run({ message = MESSAGE, user_location = LOCATION }, {})
+local canned_intent = require("nodes.intent").new { rules = require("scripts.eco.routing").rules }.run({ message = MESSAGE, user_location = LOCATION }, {})
 stand_in.intent = { name = "intent", policy = "fail_close", run = function() return canned_intent end }
 for _, n in ipairs(chat.branch_nodes) do
   stand_in[n] = { name = n, policy = "fail_open", run = function()

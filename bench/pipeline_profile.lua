@@ -49,7 +49,7 @@ if MODE == "floor" then
   local paths = { location = "/v2/local/search/keyword.json", collection_point = "/v1/collection-points",
                   weather = "/getVilageFcst" }
   local nodes = {}
-  local canned_intent = require("nodes.intent").run({ message = MESSAGE, user_location = LOCATION }, {})
+  local canned_intent = require("nodes.intent").new { rules = require("scripts.eco.routing").rules }.run({ message = MESSAGE, user_location = LOCATION }, {})
   nodes.intent = { name = "intent", policy = "fail_close", run = function() return canned_intent end }
   for _, n in ipairs(chat.branch_nodes) do
     nodes[n] = { name = n, policy = "fail_open", run = function()

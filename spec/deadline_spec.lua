@@ -179,20 +179,13 @@ describe("the chat pipeline with a stuck LLM", function()
 
   local LIMIT = 1.5   -- each LLM-calling node's time limit in these runs
 
-  local function with_limit(name)
-    return setmetatable({ timeout = LIMIT }, { __index = require("nodes." .. name) })
-  end
-
   local function turn(base_url)
-    local grace = chat.timeout_grace
-    chat.timeout_grace = 0
     local ok, state, err = pcall(mg.run, function()
       local client = assert(llm.new { base_url = base_url, api_key = "k", model = "m" })
-      local app = chat.build { nodes = { intent = with_limit("intent"), answer = with_limit("answer"),
-        feedback = with_limit("feedback") } }
+      local app = chat.build { timeouts = { intent = LIMIT, answer = LIMIT, feedback = LIMIT },
+        timeout_grace = 0 }
       return app:invoke(chat.input("종이 어떻게 버려?"), chat.config { llm = client })
     end)
-    chat.timeout_grace = grace
     assert.is_true(ok, tostring(state))
     return state, err
   end

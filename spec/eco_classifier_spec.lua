@@ -1,7 +1,7 @@
 -- The offline intent classifier: features, training, calibrated
 -- probabilities and the shipped data's quality.
 
-local classifier = require "scripts.eco.classifier"
+local classifier = require "nodes.lib.intent_model"
 
 local function tmpfile(content)
   local path = os.tmpname()

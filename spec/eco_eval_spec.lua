@@ -147,7 +147,7 @@ describe("eco eval", function()
 
   describe("on the routing check set", function()
     it("shares no message with the training data", function()
-      local classifier = require "scripts.eco.classifier"
+      local classifier = require "nodes.lib.intent_model"
       local function norm(m) return (m:gsub("[%s%p]", "")) end
       local taught = {}
       for _, o in ipairs(assert(classifier.read_jsonl(classifier.default_data_path()))) do

@@ -2,8 +2,8 @@
 -- calibration, multi-intent clauses, complexity, the LLM path with its
 -- fallback, and the intent cache.
 
-local intent = require "scripts.eco.intent"
-local classifier = require "scripts.eco.classifier"
+local intent = require "scripts.eco.routing"
+local classifier = require "nodes.lib.intent_model"
 
 -- An LLM client with the moongraph.llm chat contract, answering from a
 -- script: each entry is a function(req) returning what chat returns.

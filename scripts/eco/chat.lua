@@ -25,7 +25,8 @@
 local mg = require "moongraph"
 local reducers = require "moongraph.reducers"
 local registry = require "nodes.registry"
-local router = require "scripts.eco.router"
+local intent_node = require "nodes.intent"
+local routing = require "scripts.eco.routing"
 
 local type, ipairs, pairs, error, tostring, pcall, setmetatable =
   type, ipairs, pairs, error, tostring, pcall, setmetatable
@@ -183,7 +184,7 @@ local function fan_out(state, ctx)
   if type(state.routing) ~= "table" or #state.routing == 0 then
     error("intent did not route the message anywhere", 0)
   end
-  return router.sends(state.routing, _M.branch_input(state, ctx), mg.Send)
+  return routing.sends(state.routing, _M.branch_input(state, ctx), mg.Send)
 end
 
 -- After aggregator: the answer, or the next step of the fallback chain.
@@ -213,38 +214,42 @@ local function load_branch(name, opts)
   return registry.load(name)
 end
 
-local function node_opts(node, timeouts)
+local function node_opts(node, opts)
   local o = { policy = node.policy }
-  if timeouts and type(node.timeout) == "number" then o.timeout = node.timeout + _M.timeout_grace end
+  local limit = opts.timeouts and opts.timeouts[node.name] or node.timeout
+  if opts.node_timeouts ~= false and type(limit) == "number" then
+    o.timeout = limit + (opts.timeout_grace or _M.timeout_grace)
+  end
   return o
 end
 
--- build{checkpointer, recursion_limit, node_timeouts, nodes} -> compiled graph.
+-- build{checkpointer, recursion_limit, node_timeouts, timeouts, timeout_grace,
+-- nodes} -> compiled graph.
 -- Every adapter bounds its own requests with its HTTP timeout (node.timeout
 -- unless configured), and the LLM client has its own; the engine's per-node
 -- timeout (node.timeout + timeout_grace) is on top, unless node_timeouts =
 -- false.
--- `nodes` replaces node modules by name (same contract: name, policy,
--- timeout, run).
+-- `timeouts` sets some nodes' limits ({intent = 5}), timeout_grace the
+-- grace (default chat.timeout_grace). `nodes` replaces node modules by name
+-- (same contract: name, policy, timeout, run).
 function _M.build(opts)
   opts = opts or {}
   if type(opts) ~= "table" then
     error("bad argument #1 to 'build': options table expected, got " .. type(opts), 2)
   end
-  local timeouts = opts.node_timeouts ~= false
   local g = mg.graph(_M.schema())
-  local intent = opts.nodes and opts.nodes.intent or require "nodes.intent"
-  g:add_node("intent", wrap("intent", intent.run, false), node_opts(intent, timeouts))
+  local intent = opts.nodes and opts.nodes.intent or intent_node.new { rules = routing.rules }
+  g:add_node("intent", wrap("intent", intent.run, false), node_opts(intent, opts))
   local targets = {}
   for _, name in ipairs(_M.branch_nodes) do
     local node = load_branch(name, opts)
-    g:add_node(name, wrap(name, node.run, true), node_opts(node, timeouts))
+    g:add_node(name, wrap(name, node.run, true), node_opts(node, opts))
     g:add_edge(name, "aggregator")
     if name ~= "clarify" then targets[#targets + 1] = name end
   end
   for _, name in ipairs({ "aggregator", "answer", "feedback", "summarize" }) do
     local node = opts.nodes and opts.nodes[name] or require("nodes." .. name)
-    g:add_node(name, wrap(name, node.run, false), node_opts(node, timeouts))
+    g:add_node(name, wrap(name, node.run, false), node_opts(node, opts))
   end
   g:add_edge(mg.START, "intent")
   g:add_conditional_edges("intent", fan_out, targets)

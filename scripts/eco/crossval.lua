@@ -9,7 +9,7 @@ local root = (arg and arg[0] or ""):match("^(.-)scripts[/\\]eco[/\\]crossval%.lu
 root = root ~= "" and root or "./"
 package.path = root .. "?.lua;" .. root .. "runtime/lua/?.lua;" .. package.path
 
-local classifier = require "scripts.eco.classifier"
+local classifier = require "nodes.lib.intent_model"
 local eval = require "scripts.eco.eval"
 local json = require "moongraph.json"
 

@@ -11,12 +11,11 @@
 -- eval(lines, opts) -> report | nil, err
 --   lines   list of JSONL lines (blank lines are skipped)
 --   opts.is_tty, opts.write   draw a progress bar with write(s) when is_tty
---   opts.llm, opts.cache, opts.model   passed to intent.classify
+--   opts.llm, opts.cache, opts.model   passed to routing.classify
 --   opts.router / opts.route  router options or a route function
 -- text(report) -> string, json(report) -> one line of JSON
 
-local intent = require "scripts.eco.intent"
-local router = require "scripts.eco.router"
+local routing = require "scripts.eco.routing"
 local json = require "moongraph.json"
 
 local cjson = require "cjson"
@@ -27,7 +26,7 @@ local ipairs, pairs, type, pcall, tostring = ipairs, pairs, type, pcall, tostrin
 local _M = {}
 
 local KNOWN = {}
-for _, c in ipairs(intent.INTENTS) do KNOWN[c] = true end
+for _, c in ipairs(routing.INTENTS) do KNOWN[c] = true end
 
 local function is_set(v) return v ~= nil and v ~= cjson.null end
 
@@ -126,15 +125,15 @@ function _M.eval(lines, opts)
   end
   if #cases == 0 then return nil, "no cases to evaluate" end
 
-  local route = opts.route or router.new(opts.router or {})
+  local route = opts.route or routing.new_router(opts.router)
   local counts = { intent = 0, additional = 0, nodes = 0, nodes_total = 0 }
   local confusion, per = {}, {}
-  for _, c in ipairs(intent.INTENTS) do per[c] = { tp = 0, fp = 0, fn = 0 } end
+  for _, c in ipairs(routing.INTENTS) do per[c] = { tp = 0, fp = 0, fn = 0 } end
   local failures = {}
   local sources = {}
 
   for i, c in ipairs(cases) do
-    local res, err = intent.classify(c.message, {
+    local res, err = routing.classify(c.message, {
       prev_intent = c.prev_intent, user_location = c.user_location,
       llm = opts.llm, cache = opts.cache, model = opts.model,
     })
@@ -147,7 +146,7 @@ function _M.eval(lines, opts)
       message = c.message, intent = res.intent,
       additional_intents = res.additional_intents, user_location = c.user_location,
     })
-    local nodes = router.nodes(decisions)
+    local nodes = routing.nodes(decisions)
 
     local ok_intent = res.intent == c.intent
     local ok_adds = same_set(res.additional_intents, c.additional_intents)
@@ -190,7 +189,7 @@ function _M.eval(lines, opts)
 
   local total = #cases
   local per_intent = {}
-  for _, c in ipairs(intent.INTENTS) do
+  for _, c in ipairs(routing.INTENTS) do
     local p = per[c]
     local support = p.tp + p.fn
     local predicted = p.tp + p.fp
@@ -236,7 +235,7 @@ function _M.text(r)
   say("")
   say("%-17s %9s %9s %8s %10s", "intent", "precision", "recall", "support", "predicted")
   local labels = {}
-  for _, c in ipairs(intent.INTENTS) do
+  for _, c in ipairs(routing.INTENTS) do
     if r.per_intent[c] then labels[#labels + 1] = c end
   end
   for _, c in ipairs(labels) do

@@ -5,13 +5,12 @@
 --   opts.prev_intent  previous turn's intent
 --   opts.location     the user's location (state.user_location)
 --   opts.json         append the object, encoded on one line, as the last line
---   opts.llm, opts.cache, opts.model   passed to intent.classify
---   opts.router       router options (router.new), or opts.route (a route function)
+--   opts.llm, opts.cache, opts.model   passed to routing.classify
+--   opts.router       router options (routing.new_router), or opts.route (a route function)
 -- object = { intent, additional_intents, confidence, nodes (sorted), sends,
 --            is_multi, complexity, source, fallback_reason }
 
-local intent = require "scripts.eco.intent"
-local router = require "scripts.eco.router"
+local routing = require "scripts.eco.routing"
 local json = require "moongraph.json"
 
 local format, rep, concat, sort = string.format, string.rep, table.concat, table.sort
@@ -35,12 +34,12 @@ function _M.explain(message, opts)
     error("bad argument #1 to 'explain': expected a string, got " .. type(message), 2)
   end
   opts = opts or {}
-  local res, err = intent.classify(message, {
+  local res, err = routing.classify(message, {
     prev_intent = opts.prev_intent, user_location = opts.location,
     llm = opts.llm, llm_timeout = opts.llm_timeout, cache = opts.cache, model = opts.model,
   })
   if not res then return nil, err end
-  local route = opts.route or router.new(opts.router or {})
+  local route = opts.route or routing.new_router(opts.router)
   local state = {
     message = message, intent = res.intent,
     additional_intents = res.additional_intents, user_location = opts.location,
@@ -127,7 +126,7 @@ function _M.explain(message, opts)
     intent = res.intent,
     additional_intents = json.array(res.additional_intents),
     confidence = res.confidence,
-    nodes = json.array(router.nodes(decisions)),
+    nodes = json.array(routing.nodes(decisions)),
     sends = sends,
     is_multi = res.is_multi,
     complexity = res.complexity,

@@ -1,6 +1,6 @@
 -- How a message is cut into clauses for multi-intent detection, and when a
--- message counts as complex (Eco² chat worker). Read by scripts/eco/intent.lua
--- on every call.
+-- message counts as complex (Eco² chat worker). Data for the intent
+-- classifier (nodes/lib/intent_classifier.lua), read on every call.
 --
 -- A message is cut at sentence marks, commas, conjunction words and words
 -- ending in a joining suffix; each clause is classified on its own. The

@@ -12,7 +12,7 @@ local args = require "moongraph.args"
 local llm = require "moongraph.llm"
 local text = require "moongraph.text"
 local explain = require "scripts.eco.explain"
-local intent = require "scripts.eco.intent"
+local routing = require "scripts.eco.routing"
 
 local _M = {}
 
@@ -41,9 +41,9 @@ function _M.main(argv, opts)
         " is not valid UTF-8 (bad byte at position " .. at .. ")", err)
     end
   end
-  if o.prev_intent and not intent.is_intent(o.prev_intent) then
+  if o.prev_intent and not routing.is_intent(o.prev_intent) then
     return args.usage_error(_M.SPEC, "unknown --prev-intent '" .. o.prev_intent .. "' (known: " ..
-      table.concat(intent.INTENTS, ", ") .. ")", err)
+      table.concat(routing.INTENTS, ", ") .. ")", err)
   end
   local client = opts.llm
   if client == nil then

@@ -1,6 +1,6 @@
--- Dynamic routing rules (Eco² chat worker), read by scripts/eco/router.lua
--- on every call: change a table here (or at the REPL) and the next route
--- uses it.
+-- Dynamic routing rules (Eco² chat worker): data for the dynamic router
+-- (nodes/lib/dynamic_router.lua), read on every call: change a table here
+-- (or at the REPL) and the next route uses it.
 
 local _M = {}
 

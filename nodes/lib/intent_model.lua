@@ -1,4 +1,4 @@
--- Local intent classifier for the Eco² chat pipeline.
+-- The offline intent model of the Eco² chat pipeline's intent node.
 --
 -- A multinomial naive Bayes model over binary features of a message: the
 -- character 1-, 2- and 3-grams of every word, the word padded with

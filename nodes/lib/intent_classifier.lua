@@ -1,6 +1,10 @@
--- Intent classification of the Eco² chat pipeline.
+-- Intent classification of the Eco² chat pipeline's intent node.
 --
 -- classify(message, opts) -> result
+--   opts.rules          the rule tables, as data (required): keyword_map
+--                       (intent -> keywords), transitions (previous intent ->
+--                       {intent = boost}), multi_intent (how messages are cut
+--                       into clauses); scripts/eco/ holds the Eco² ones
 --   opts.prev_intent    the previous turn's intent (Chain-of-Intent boost)
 --   opts.user_location  the user's location, if known (part of the cache key)
 --   opts.llm            an LLM client (llm:chat{messages, json_schema}); without
@@ -11,7 +15,7 @@
 --   opts.cache          an intent cache (new_cache(), any object with get/set,
 --                       or a plain table), false for none; the module's
 --                       shared LRU by default. Only LLM answers are cached.
---   opts.model          a classifier model (scripts.eco.classifier); the one
+--   opts.model          a classifier model (nodes.lib.intent_model); the one
 --                       trained from data/intents.jsonl by default
 --
 -- Returns nil, err only when there is no LLM answer and the offline
@@ -26,10 +30,9 @@
 -- boost of the previous intent is added to each candidate's score and the
 -- best boosted candidate wins; its confidence is then calibrated by the
 -- keyword map (+0.1 per keyword found, at most +0.2; -0.1 when none is).
--- Rule tables: keyword_map.lua, transitions.lua, multi_intent.lua in
--- scripts/eco/, the prompt in prompts/intent.txt; all read on every call.
+-- The prompt of the LLM path is prompts/intent.txt.
 
-local classifier = require "scripts.eco.classifier"
+local classifier = require "nodes.lib.intent_model"
 
 local cjson = require "cjson"
 local prompts = require "moongraph.prompt"
@@ -50,10 +53,6 @@ for _, c in ipairs(_M.INTENTS) do KNOWN[c] = true end
 -- Is `name` one of the nine intents?
 function _M.is_intent(name)
   return KNOWN[name] == true
-end
-
-local function rules(name)
-  return require("scripts.eco." .. name)
 end
 
 local function is_set(v)
@@ -154,7 +153,9 @@ end
 
 -- Keywords of `intent` found in the message, and the confidence delta.
 function _M.keyword_adjustment(message, intent, keyword_map)
-  keyword_map = keyword_map or rules("keyword_map")
+  if type(keyword_map) ~= "table" then
+    error("bad argument #3 to 'keyword_adjustment': keyword map table expected", 2)
+  end
   local text = lower(message)
   local matched = {}
   for _, kw in ipairs(keyword_map[intent] or {}) do
@@ -170,9 +171,9 @@ function _M.keyword_adjustment(message, intent, keyword_map)
 end
 
 -- Boosts from the previous intent: {candidate = boost}, possibly empty.
-local function boosts_from(prev_intent)
+local function boosts_from(transitions, prev_intent)
   if not prev_intent then return {} end
-  local t = rules("transitions")[prev_intent]
+  local t = transitions[prev_intent]
   return t or {}
 end
 
@@ -198,7 +199,9 @@ function _M.split(message, mi)
   if type(message) ~= "string" then
     error("bad argument #1 to 'split': expected a string, got " .. type(message), 2)
   end
-  mi = mi or rules("multi_intent")
+  if type(mi) ~= "table" then
+    error("bad argument #2 to 'split': multi-intent rule table expected", 2)
+  end
   local text = message
   -- a mark is replaced only where it occurs (a plain find is cheaper than
   -- a gsub that finds nothing)
@@ -431,7 +434,7 @@ local function offline(message, opts, mi)
   local top = top_of(model, primary_text, memo)
 
   -- transition boost on every candidate, then the choice
-  local boosts = boosts_from(opts.prev_intent)
+  local boosts = boosts_from(opts.rules.transitions, opts.prev_intent)
   local boosted, best, best_score = {}, nil, -math.huge
   for _, c in ipairs(_M.INTENTS) do
     local s = top.probs[c] + (boosts[c] or 0)
@@ -464,7 +467,7 @@ local function offline(message, opts, mi)
     end
   end
 
-  local kw = _M.keyword_adjustment(message, intent)
+  local kw = _M.keyword_adjustment(message, intent, opts.rules.keyword_map)
   local base = top.probs[intent]
   local boost = boosts[intent] or 0
   local confidence = clamp01(base + boost + kw.delta)
@@ -574,9 +577,9 @@ local function ask_llm(message, opts)
   end
   local intent = j.intent
   local base = clamp01(conf)
-  local boosts = boosts_from(opts.prev_intent)
+  local boosts = boosts_from(opts.rules.transitions, opts.prev_intent)
   local boost = boosts[intent] or 0
-  local kw = _M.keyword_adjustment(message, intent)
+  local kw = _M.keyword_adjustment(message, intent, opts.rules.keyword_map)
   return {
     intent = intent,
     additional_intents = additional,
@@ -615,9 +618,14 @@ function _M.classify(message, opts)
   elseif not KNOWN[prev] then
     error("bad argument #2 to 'classify': unknown prev_intent '" .. tostring(prev) .. "'", 2)
   end
+  local rules = opts.rules
+  if type(rules) ~= "table" or type(rules.keyword_map) ~= "table" or
+     type(rules.transitions) ~= "table" or type(rules.multi_intent) ~= "table" then
+    error("bad argument #2 to 'classify': rules = {keyword_map, transitions, multi_intent} expected", 2)
+  end
   local o = { prev_intent = prev, user_location = opts.user_location, llm = opts.llm,
-              llm_timeout = opts.llm_timeout, model = opts.model }
-  local mi = rules("multi_intent")
+              llm_timeout = opts.llm_timeout, model = opts.model, rules = rules }
+  local mi = rules.multi_intent
 
   local decision, source, fallback_reason, cache_state
   if o.llm then

@@ -1,5 +1,5 @@
--- Dynamic router of the Eco² chat pipeline: which nodes run, in one
--- parallel step, for a classified message.
+-- Dynamic router of the Eco² chat pipeline's intent node: which nodes run,
+-- in one parallel step, for a classified message.
 --
 -- route(state) returns decisions {node =, rule =, ...} in this order:
 --   1. the primary intent's node                      rule "primary"
@@ -9,8 +9,9 @@
 -- A node is chosen at most once (the first rule that picks it wins).
 -- router.sends() turns decisions into Send packets for the graph engine.
 --
--- The rule tables (scripts/eco/routing_rules.lua by default) are read on
--- every call, never copied, so editing them changes the next decision.
+-- The rule tables (INTENT_TO_NODE, ENRICHMENT_RULES, CONDITIONAL_ENRICHMENTS;
+-- scripts/eco/routing_rules.lua holds the Eco² ones) are data given to new();
+-- they are read on every call, never copied.
 
 local cjson = require "cjson"
 
@@ -57,9 +58,8 @@ local function check_flag(opts, name)
 end
 
 -- Build a router. opts: enable_multi_intent, enable_enrichment,
--- enable_conditional (booleans, all true by default) and rules (a table
--- with INTENT_TO_NODE, ENRICHMENT_RULES, CONDITIONAL_ENRICHMENTS; defaults
--- to require "scripts.eco.routing_rules").
+-- enable_conditional (booleans, all true by default) and rules (required: a
+-- table with INTENT_TO_NODE, ENRICHMENT_RULES, CONDITIONAL_ENRICHMENTS).
 function _M.new(opts)
   opts = opts or {}
   if type(opts) ~= "table" then
@@ -69,15 +69,15 @@ function _M.new(opts)
   local enrich = check_flag(opts, "enable_enrichment")
   local conditional = check_flag(opts, "enable_conditional")
   local rules = opts.rules
-  if rules ~= nil and type(rules) ~= "table" then
-    error("bad argument #1 to 'new': rules must be a table", 2)
+  if type(rules) ~= "table" then
+    error("bad argument #1 to 'new': rules (a routing rule table) expected", 2)
   end
 
   return function(state)
     if type(state) ~= "table" then
       error("bad argument #1 to 'route': expected a state table, got " .. type(state), 2)
     end
-    local r = rules or require "scripts.eco.routing_rules"
+    local r = rules
     local to_node = r.INTENT_TO_NODE or {}
     local decisions, active = {}, {}
     local function add(node, rule, extra)
