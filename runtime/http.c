@@ -30,8 +30,10 @@
 */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <curl/curl.h>
 
@@ -198,8 +200,18 @@ static int ensure_multi(lua_State *L) {
   if (multi) return 1;
   if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
     return luaL_error(L, "http: curl_global_init failed");
+  /* curl_multi_init opens a wake-up socket pair without FD_CLOEXEC; it takes
+  ** the lowest free descriptors, which are marked afterwards */
+  int lowest = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (lowest >= 0) close(lowest);
+  int was_open[4];
+  for (int i = 0; i < 4; i++) was_open[i] = lowest >= 0 && fcntl(lowest + i, F_GETFD) >= 0;
   multi = curl_multi_init();
   if (!multi) return luaL_error(L, "http: curl_multi_init failed");
+  for (int i = 0; lowest >= 0 && i < 4; i++) {
+    int flags = fcntl(lowest + i, F_GETFD);
+    if (!was_open[i] && flags >= 0) fcntl(lowest + i, F_SETFD, flags | FD_CLOEXEC);
+  }
   uv_timer_init(mg_loop(), &curl_timer);
   curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, on_socket);
   curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, on_timer_request);
@@ -213,6 +225,16 @@ static int ensure_multi(lua_State *L) {
 #define EASY_POOL_MAX 256
 static CURL *easy_pool[EASY_POOL_MAX];
 static int easy_pooled;
+
+/* Sockets are not handed to the programs this process starts (io.popen,
+** mg.process): a child holding a keep-alive connection would keep it open
+** after we close it. */
+static int set_cloexec(void *userp, curl_socket_t fd, curlsocktype purpose) {
+  (void)userp; (void)purpose;
+  int flags = fcntl(fd, F_GETFD);
+  if (flags >= 0) fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+  return CURL_SOCKOPT_OK;
+}
 
 static CURL *easy_get(void) {
   if (easy_pooled > 0) return easy_pool[--easy_pooled];
@@ -412,6 +434,7 @@ static xfer *xfer_start(lua_State *L, int streaming) {
   curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
   curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, "");
   curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+  curl_easy_setopt(e, CURLOPT_SOCKOPTFUNCTION, set_cloexec);
 
   const char *method = NULL;
   if (lua_getfield(L, 1, "method") != LUA_TNIL) {

@@ -15,6 +15,7 @@
 ** Reconnection, AUTH/SELECT, pools and blocking-command routing live in
 ** moongraph/redis.lua; this file offers one physical connection.
 */
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
@@ -563,6 +564,9 @@ static int l_connect(lua_State *L) {
     redisAsyncFree(ac);
     return 2;
   }
+  /* not inherited by the programs this process starts (see http.c) */
+  int fdflags = fcntl(ac->c.fd, F_GETFD);
+  if (fdflags >= 0) fcntl(ac->c.fd, F_SETFD, fdflags | FD_CLOEXEC);
   if (ev_attach(ac) != 0) {
     redisAsyncFree(ac);
     lua_pushnil(L);
