@@ -22,7 +22,7 @@
 #define POOL_MAX 1024       /* finished coroutines kept for reuse */
 
 /* User values of a task's userdata. */
-enum { UV_CO = 1, UV_RESULT, UV_PARKED, UV_COUNT = UV_PARKED };
+enum { UV_CO = 1, UV_RESULT, UV_WAKE_VALUE, UV_COUNT = UV_WAKE_VALUE };
 
 typedef enum { T_READY, T_RUNNING, T_WAITING, T_DONE } task_state;
 typedef enum { RES_OK, RES_FAILED, RES_CANCELLED } task_result;
@@ -50,8 +50,8 @@ struct mg_task {
   join_wait *joiners;       /* tasks waiting for this one */
   /* the single wait a task can be in, embedded to avoid allocations */
   join_wait join;
-  mg_waiter sleep_w, park_w;
-  /* deadline of the current wait (sleep, or a join/park timeout) */
+  mg_waiter sleep_w, wake_w;
+  /* deadline of the current wait (sleep, or a join/suspend timeout) */
   uint64_t due_ns, due_seq;
   /* the task's own deadline (uv_hrtime ns; 0 = none): set by mg.timeout,
   ** inherited by the tasks it spawns; calls made by the task are bounded by
@@ -679,17 +679,18 @@ static int l_limit(lua_State *L) {
   return 1;
 }
 
-/* ------------------------------------------------------------ park/unpark */
+/* ------------------------------------------------------------ suspend/wake */
 
-/* park([timeout]) suspends the running task until unpark(task, value) or the
-** timeout; it returns (true, value) or (nil, "timeout"). The Lua side builds
-** queues and events on it. A park without timeout can only be woken by
-** another task, so it does not count as pending I/O. */
-static void park_cancel(mg_waiter *w) {
-  deadline_clear(TASK_OF(w, park_w));
+/* suspend([timeout]) stops the running task until another task calls
+** wake(task, value), or the timeout passes; it returns (true, value) or
+** (nil, "timeout"). The Lua side builds queues and events on it. A suspend
+** without timeout can only end by another task, so it does not count as
+** pending I/O. */
+static void suspend_cancel(mg_waiter *w) {
+  deadline_clear(TASK_OF(w, wake_w));
 }
 
-static int park_k(lua_State *L, int status, lua_KContext ctx) {
+static int suspend_k(lua_State *L, int status, lua_KContext ctx) {
   (void)status; (void)ctx;
   mg_task *t = mg_current(L);
   deadline_clear(t);
@@ -700,31 +701,31 @@ static int park_k(lua_State *L, int status, lua_KContext ctx) {
   }
   lua_pushboolean(L, 1);
   lua_rawgeti(L, LUA_REGISTRYINDEX, t->self_ref);
-  lua_getiuservalue(L, -1, UV_PARKED);
+  lua_getiuservalue(L, -1, UV_WAKE_VALUE);
   lua_pushnil(L);
-  lua_setiuservalue(L, -3, UV_PARKED);
+  lua_setiuservalue(L, -3, UV_WAKE_VALUE);
   lua_remove(L, -2);
   return 2;
 }
 
-static int l_park(lua_State *L) {
+static int l_suspend(lua_State *L) {
   double timeout = luaL_optnumber(L, 1, -1);
-  mg_check_yieldable(L, "park");
+  mg_check_yieldable(L, "suspend");
   mg_task *t = mg_current(L);
   t->timed_out = 0;
   if (timeout >= 0) deadline_set(L, t, timeout);
-  return await_(L, &t->park_w, park_cancel, park_k, 0, timeout >= 0);
+  return await_(L, &t->wake_w, suspend_cancel, suspend_k, 0, timeout >= 0);
 }
 
-static int l_unpark(lua_State *L) {
+static int l_wake(lua_State *L) {
   mg_task *t = check_task(L, 1);
   lua_settop(L, 2);
-  if (t->state != T_WAITING || t->waiter != &t->park_w) {
+  if (t->state != T_WAITING || t->waiter != &t->wake_w) {
     lua_pushboolean(L, 0);
     return 1;
   }
-  lua_setiuservalue(L, 1, UV_PARKED);
-  mg_wake(&t->park_w);
+  lua_setiuservalue(L, 1, UV_WAKE_VALUE);
+  mg_wake(&t->wake_w);
   lua_pushboolean(L, 1);
   return 1;
 }
@@ -824,9 +825,9 @@ static void cancel_all(lua_State *L) {
 enum { RUN_CANCEL_REST, RUN_WAIT_ALL, RUN_KEEP_REST };
 
 /* core.run(fn, ...) -> results of fn, or raises its error; tasks still alive
-** afterwards are cancelled. core.run_all waits for every task first (the
-** CLI's semantics for scripts); core.run_keep leaves them suspended for the
-** next run (the REPL: tasks spawned at the prompt live on). */
+** afterwards are cancelled. core.run_to_completion waits for every task
+** first (the CLI's semantics for scripts); core.run_keeping_tasks leaves them
+** suspended for the next run (the REPL: tasks spawned at the prompt live on). */
 static int run_impl(lua_State *L, int mode) {
   luaL_checktype(L, 1, LUA_TFUNCTION);
   if (S.running || mg_current(L))
@@ -861,8 +862,8 @@ static int run_impl(lua_State *L, int mode) {
 }
 
 static int l_run(lua_State *L) { return run_impl(L, RUN_CANCEL_REST); }
-static int l_run_all(lua_State *L) { return run_impl(L, RUN_WAIT_ALL); }
-static int l_run_keep(lua_State *L) { return run_impl(L, RUN_KEEP_REST); }
+static int l_run_to_completion(lua_State *L) { return run_impl(L, RUN_WAIT_ALL); }
+static int l_run_keeping_tasks(lua_State *L) { return run_impl(L, RUN_KEEP_REST); }
 
 static int l_running(lua_State *L) {
   lua_pushboolean(L, S.running);
@@ -879,8 +880,8 @@ static const luaL_Reg task_methods[] = {
 
 static const luaL_Reg loop_funcs[] = {
   {"run", l_run},
-  {"run_all", l_run_all},
-  {"run_keep", l_run_keep},
+  {"run_to_completion", l_run_to_completion},
+  {"run_keeping_tasks", l_run_keeping_tasks},
   {"running", l_running},
   {"spawn", l_spawn},
   {"sleep", l_sleep},
@@ -889,8 +890,8 @@ static const luaL_Reg loop_funcs[] = {
   {"deadline", l_deadline},
   {"budget", l_budget},
   {"limit", l_limit},
-  {"park", l_park},
-  {"unpark", l_unpark},
+  {"suspend", l_suspend},
+  {"wake", l_wake},
   {"install_interrupt", l_install_interrupt},
   {NULL, NULL}
 };

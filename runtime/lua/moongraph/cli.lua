@@ -53,7 +53,7 @@ end
 -- Run fn(...) as the main task; the process lives until every task is done.
 local function run_main(fn, ...)
   loop.install_interrupt()
-  local ok, err_or_code = pcall(loop.run_all, fn, ...)
+  local ok, err_or_code = pcall(loop.run_to_completion, fn, ...)
   local flushed, ferr = io.stdout:flush()
   if not ok then
     if err_or_code == "cancelled" then

@@ -58,7 +58,7 @@ local function gate_release(g, item)
   while #waiters > 0 do
     local entry = remove(waiters, 1)
     entry.item = item
-    if loop.unpark(entry.task) then return end
+    if loop.wake(entry.task) then return end
     entry.item = nil                          -- timed out meanwhile
   end
   local idle = g.idle
@@ -87,7 +87,7 @@ local function gate_acquire(g, timeout)
       gate_release(g, entry.item)
     end
   end })
-  loop.park(timeout)
+  loop.suspend(timeout)
   if entry.item ~= nil then
     entry.taken = true
     return entry.item

@@ -191,9 +191,9 @@ local function check_conn(self, fname)
   end
 end
 
--- Wake every task parked in list with value v.
+-- Wake every task suspended in list with value v.
 local function wake_all(list, v)
-  for i = 1, #list do loop.unpark(list[i], v) end
+  for i = 1, #list do loop.wake(list[i], v) end
 end
 
 -- The shared connection, opened (again) when needed. Tasks that arrive
@@ -206,7 +206,7 @@ local function ensure(self)
   if self.connecting then
     local list = self.connecting
     list[#list + 1] = loop.current()
-    loop.park()
+    loop.suspend()
     raw = self.raw
     if raw and raw:connected() then return raw end
     return nil, self.last_error or "redis: connection closed"

@@ -41,7 +41,7 @@ end
 
 -- Run one compiled entry in a task and print what it returns.
 function _M.eval(fn)
-  local ok, res = pcall(loop.run_keep, function()
+  local ok, res = pcall(loop.run_keeping_tasks, function()
     return table.pack(fn())
   end)
   if ok then
