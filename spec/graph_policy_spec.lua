@@ -1,6 +1,6 @@
 local mg = require "moongraph"
 local G = require "moongraph.graph"
-local executor = require "moongraph.executor"
+local retry = require "moongraph.engine.retry"
 local START = G.START
 local R = G.reducers
 
@@ -46,11 +46,11 @@ describe("node policies", function()
 
   it("backoff grows by backoff_factor up to max_interval; jitter stays within half to 1.5 times", function()
     local r = { initial_interval = 0.5, backoff_factor = 2, max_interval = 3, jitter = false }
-    assert.same({ 0.5, 1, 2, 3, 3 }, { executor.backoff(r, 1), executor.backoff(r, 2),
-      executor.backoff(r, 3), executor.backoff(r, 4), executor.backoff(r, 5) })
+    assert.same({ 0.5, 1, 2, 3, 3 }, { retry.backoff(r, 1), retry.backoff(r, 2),
+      retry.backoff(r, 3), retry.backoff(r, 4), retry.backoff(r, 5) })
     r.jitter = true
     for _ = 1, 50 do
-      local d = executor.backoff(r, 2)
+      local d = retry.backoff(r, 2)
       assert.is_true(d >= 0.5 and d < 1.5)
     end
   end)

@@ -9,7 +9,8 @@ moongraph.graph — the StateGraph builder and its compiler.
 
 The builder records nodes and edges; compile() checks the whole definition
 (every problem is reported by name) and returns a compiled graph
-(moongraph.app). Execution lives in moongraph.pregel and moongraph.executor.
+(moongraph.compiled_graph). Execution lives in moongraph.engine.*
+(docs/architecture.md has the map).
 
 This module is the public face re-exported by `moongraph` as mg.graph,
 mg.START, mg.END, mg.Send, mg.Command, mg.reducers and mg.checkpoint.
@@ -21,7 +22,7 @@ local string_find, table_concat, table_sort = string.find, table.concat, table.s
 
 local control = require "moongraph.control"
 local reducers = require "moongraph.reducers"
-local app_mod = require "moongraph.app"
+local compiled_graph = require "moongraph.compiled_graph"
 
 local START, END = control.START, control.END
 
@@ -48,6 +49,15 @@ local function is_callable(v)
   if type(v) == "function" then return true end
   local mt = getmetatable(v)
   return type(mt) == "table" and mt.__call ~= nil
+end
+
+-- Can fn see the second argument (ctx)? A Lua function declaring fewer
+-- than two parameters and no `...` cannot; anything else (a C function, a
+-- callable table) is assumed to.
+local function takes_ctx(fn)
+  if type(fn) ~= "function" then return true end
+  local info = debug.getinfo(fn, "u")
+  return info.nparams >= 2 or info.isvararg
 end
 
 local function quote_list(list)
@@ -218,7 +228,7 @@ function builder:add_node(name, fn, opts)
   if self._nodes[name] then
     error("bad argument #1 to 'add_node': duplicate node name '" .. name .. "'", 2)
   end
-  local sub = app_mod.is_app(fn) and fn or nil
+  local sub = compiled_graph.is_compiled(fn) and fn or nil
   if not sub and not is_callable(fn) then
     error("bad argument #2 to 'add_node': function or compiled graph expected for node '" ..
       name .. "', got " .. type(fn), 2)
@@ -511,7 +521,18 @@ function builder:compile(opts)
       edges = {}, joins = {}, branches = {},
       -- no option to apply: the runner calls fn directly
       plain = not s.sub and not s.retry and not s.timeout and not s.cache and s.policy == "fail_close",
+      -- fn cannot see its ctx: a plain run need not make one
+      no_ctx = not s.sub and not takes_ctx(s.fn),
     }
+  end
+  -- Can any node or router read ctx.previous_tasks? If none can, a run
+  -- without saver, stream or trace keeps no task records (and times nothing).
+  local records_seen = false
+  for _, n in ipairs(self._order) do
+    if not nodes[n].no_ctx then records_seen = true end
+  end
+  for _, b in ipairs(self._branches) do
+    if takes_ctx(b.router) then records_seen = true end
   end
   local start = { name = START, edges = {}, joins = {}, branches = {} }
   local function src(name) return name == START and start or nodes[name] end
@@ -537,7 +558,7 @@ function builder:compile(opts)
   end
   local has_joins = #self._joins > 0
 
-  return app_mod.new {
+  return compiled_graph.new {
     name = opts.name or "graph",
     nodes = nodes,
     order = self._order,
@@ -550,6 +571,7 @@ function builder:compile(opts)
     interrupt_before = ib,
     interrupt_after = ia,
     has_joins = has_joins,
+    records_seen = records_seen,
     -- kept for rendering
     edges = self._edges,
     joins = self._joins,

@@ -36,7 +36,9 @@ local type, pairs, next, error, tostring, setmetatable, getmetatable =
 local table_sort, table_pack, table_unpack = table.sort, table.pack, table.unpack
 local string_gsub = string.gsub
 
-local app_mod = require "moongraph.app"
+local tasks = require "moongraph.tasks"
+local compiled_graph = require "moongraph.compiled_graph"
+local context = require "moongraph.engine.context"
 local routing = require "moongraph.routing"
 
 local _M = {}
@@ -97,47 +99,21 @@ end
 -- are bookkeeping and do not.
 local OUTPUT_MODES = { updates = true, custom = true, messages = true }
 
--- A stream sink that notes output events and passes every event the real
--- sink asked for on to it.
-local function tracking_sink(real, mark)
-  local real_modes = real and real.modes or {}
-  local modes = setmetatable({}, { __index = function(_, m)
-    return OUTPUT_MODES[m] or real_modes[m] or nil
-  end })
-  return {
-    modes = modes,
-    put = function(ev)
-      if OUTPUT_MODES[ev.mode] then mark() end
-      if real and real_modes[ev.mode] then real.put(ev) end
-    end,
-  }
-end
-
-local pregel
-
--- A compiled graph run inside the calling graph: the subgraph machinery of
--- the engine with the stream watched and a namespace of its own per agent
--- key, so two agents tried in one task never share checkpoints.
+-- A compiled graph run inside the calling graph: a subgraph of the calling
+-- task (ctx.run_subgraph) with its stream watched and a namespace of its own
+-- per agent key, so two agents tried in one task never share checkpoints.
+-- -> what the agent changed in the caller's keys (the node's update)
 local function run_in_graph(app, input, ctx, key, mark)
-  pregel = pregel or require "moongraph.pregel"
-  local R = ctx._R
-  local t = ctx._t
-  local shadow_R = setmetatable({ sink = tracking_sink(R.sink, mark) }, { __index = R })
-  -- resume values reach a plain node task as a list; a subgraph wants the
-  -- latest one as its own resume command
-  local shadow_t = t
-  if t.resume_cmd == nil and type(t.resume) == "table" and #t.resume > 0 then
-    shadow_t = setmetatable({ resume_cmd = t.resume[#t.resume] }, { __index = t })
-  end
-  local node = ctx.node .. "." .. string_gsub(tostring(key), "[:|/#@]", "_")
-  local shadow_ctx = setmetatable({ node = node, _t = shadow_t }, { __index = ctx })
-  return pregel.subgraph(shadow_R, { sub = app, name = node }, input, shadow_ctx)
+  local suffix = string_gsub(tostring(key), "[:|/#@]", "_")
+  local _, update = ctx.run_subgraph(app, input, { ns_suffix = suffix, on_event = function(ev)
+    if OUTPUT_MODES[ev.mode] then mark() end
+  end })
+  return update
 end
 
 -- A compiled graph called outside a graph run: a run of its own, streamed so
 -- its output events are seen (custom events and tokens go on to ctx).
 local function run_alone(app, input, ctx, mark)
-  local mg = require "moongraph"
   local function body()
     local cfg = {}
     local config = type(ctx) == "table" and ctx.config
@@ -156,12 +132,12 @@ local function run_alone(app, input, ctx, mark)
     end
     return last
   end
-  if mg.current() then return body() end
-  return mg.run(body)
+  if tasks.current() then return body() end
+  return tasks.run(body)
 end
 
 local function in_graph(ctx)
-  return type(ctx) == "table" and ctx._R ~= nil and ctx._t ~= nil
+  return context.is_ctx(ctx)
 end
 
 ---------------------------------------------------------------------------
@@ -176,7 +152,7 @@ local function normalise_agents(agents)
   local n = #agents
   local out, count = {}, 0
   local function entry(key, a, where)
-    if app_mod.is_app(a) then
+    if compiled_graph.is_compiled(a) then
       return { kind = "graph", target = a }
     elseif type(a) == "table" and not getmetatable(a) and a.run ~= nil then
       if not is_callable(a.run) then

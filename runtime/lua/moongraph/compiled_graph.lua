@@ -1,16 +1,19 @@
 --[[
-moongraph.app — a compiled graph: what g:compile{...} returns.
+moongraph.compiled_graph — what g:compile{...} returns (LangGraph's
+CompiledStateGraph).
 
   app:invoke(input, cfg)            -> final state | nil, err
   app:stream(input, cfg)            -> iterator of events {mode, node, task_id, ns, step, data}
   app:get_state(cfg)                -> snapshot
-  app:history(cfg [, {limit, before}]) -> snapshots, newest first
+  app:get_state_history(cfg [, {limit, before}]) -> snapshots, newest first
+                                       (also app:history)
   app:update_state(cfg, values [, as_node]) -> cfg of the new checkpoint
   app:mermaid()  app:dot()          -> diagram source
 
 cfg: thread_id (required with a checkpointer), checkpoint_id (resume or fork
-from that checkpoint), recursion_limit, durability, modes (stream), trace
-(Chrome trace file path); the whole table is visible to nodes as ctx.config.
+from that checkpoint), recursion_limit, durability, stream_mode (stream; also
+`modes`), trace (Chrome trace file path); the whole table is visible to
+nodes as ctx.config. The run itself is engine/loop.lua.
 
 Input: a table of state values starts a run (on a thread with history, on
 top of its last state); nil resumes the thread's pending run; mg.Command
@@ -23,17 +26,17 @@ local table_sort = table.sort
 local string_gmatch, string_match = string.gmatch, string.match
 local coroutine_running = coroutine.running
 
+local tasks = require "moongraph.tasks"
 local control = require "moongraph.control"
+local engine = require "moongraph.engine.loop"
+local algo = require "moongraph.engine.algo"
+local events = require "moongraph.engine.events"
 
 local _M = {}
-local app = {}
+local app = { is_compiled_graph = true }
 local app_mt = { __index = app, __name = "moongraph.CompiledGraph" }
 
-local pregel, render
-local function P()
-  pregel = pregel or require "moongraph.pregel"
-  return pregel
-end
+local render
 
 function _M.new(spec)
   spec.pool = {}
@@ -42,7 +45,7 @@ function _M.new(spec)
   return setmetatable(spec, app_mt)
 end
 
-function _M.is_app(v)
+function _M.is_compiled(v)
   return getmetatable(v) == app_mt
 end
 
@@ -61,14 +64,13 @@ end
 -- Run fn inside a moongraph task: directly when already in one, else in a
 -- fresh mg.run (so plain scripts can call app:invoke at top level).
 local function in_task(fn, ...)
-  local rt = P().runtime()
   local _, main = coroutine_running()
-  if not main and rt.current() then return fn(...) end
-  return rt.run(fn, ...)
+  if not main and tasks.current() then return fn(...) end
+  return tasks.run(fn, ...)
 end
 
 local function invoke(self, input, cfg)
-  return P().run(self, input, cfg, nil)
+  return engine.run(self, input, cfg, nil)
 end
 
 function app:invoke(input, cfg)
@@ -82,7 +84,7 @@ function app:invoke(input, cfg)
   return in_task(invoke, self, input, cfg)
 end
 
-local ALL_MODES = { "values", "updates", "messages", "custom", "tasks", "debug" }
+local ALL_MODES = events.MODES
 local DEFAULT_MODES = { values = true, updates = true, messages = true, custom = true }
 local known_modes = {}
 for _, m in ipairs(ALL_MODES) do known_modes[m] = true end
@@ -90,11 +92,11 @@ for _, m in ipairs(ALL_MODES) do known_modes[m] = true end
 local DONE = {}
 
 --[[ stream(input, cfg) -> iterator
-Runs the graph in its own task and yields its events as they happen. cfg.modes
-selects the modes (a list or a single name; default values, updates,
-messages, custom). A failed run raises its error from the iterator once the
-events before the failure are consumed. Leaving the loop early cancels the
-run. ]]
+Runs the graph in its own task and yields its events as they happen.
+cfg.stream_mode (or cfg.modes) selects the modes (a list or a single name;
+default values, updates, messages, custom). A failed run raises its error
+from the iterator once the events before the failure are consumed. Leaving
+the loop early cancels the run. ]]
 function app:stream(input, cfg)
   cfg = check_cfg(cfg, "stream")
   if input ~= nil and type(input) ~= "table" then
@@ -104,11 +106,13 @@ function app:stream(input, cfg)
     error("bad argument #2 to 'stream': thread_id is required: the graph has a checkpointer", 2)
   end
   local modes = DEFAULT_MODES
-  if cfg.modes ~= nil then
-    local list = cfg.modes
+  local wanted = cfg.stream_mode
+  if wanted == nil then wanted = cfg.modes end
+  if wanted ~= nil then
+    local list = wanted
     if type(list) == "string" then list = { list } end
     if type(list) ~= "table" then
-      error("bad argument #2 to 'stream': modes must be a list of mode names", 2)
+      error("bad argument #2 to 'stream': stream_mode must be a mode name or a list of them", 2)
     end
     modes = {}
     for _, m in ipairs(list) do
@@ -119,16 +123,15 @@ function app:stream(input, cfg)
       modes[m] = true
     end
   end
-  local rt = P().runtime()
   local _, main = coroutine_running()
-  if main or not rt.current() then
+  if main or not tasks.current() then
     error("app:stream must be called inside a moongraph task (mg.run, mg.spawn or the CLI)", 2)
   end
-  local q = rt.queue()
+  local q = tasks.queue()
   local sink = { modes = modes, put = function(ev) q:put(ev) end }
   local failure = nil
-  local task = rt.spawn(function()
-    local ok, values, err = pcall(P().run, self, input, cfg, sink)
+  local task = tasks.spawn(function()
+    local ok, values, err = pcall(engine.run, self, input, cfg, sink)
     if not ok then failure = values
     elseif values == nil then failure = err end
     q:put(DONE)
@@ -162,23 +165,22 @@ local function need_saver(self, cfg, fname)
   end
 end
 
-local function snapshot(self, tup, cfg)
-  if not tup then
+local function snapshot(self, tuple, cfg)
+  if not tuple then
     return { values = {}, next = {}, tasks = {}, interrupts = {},
       config = { thread_id = cfg.thread_id, checkpoint_ns = cfg.checkpoint_ns or "" } }
   end
-  local p = P()
-  local cp = tup.checkpoint
-  local by = p.group_writes(tup)
+  local cp = tuple.checkpoint
+  local by = algo.group_writes(tuple)
   local next_names, tasks, interrupts = {}, {}, {}
-  local prefix = ((cp.step or -1) + 1) .. ":"
+  local step = (cp.step or -1) + 1
   for i, e in ipairs(cp.next or {}) do
-    local id = prefix .. e.node .. (e.send and ("#" .. e.send) or "")
+    local id = algo.task_id(step, e.node, e.send)
     next_names[i] = e.node
     local task = { id = id, name = e.node, send = e.send, arg = e.arg }
     local w = by[id]
     if w then
-      local res, finished = p.from_writes(w)
+      local res, finished = algo.from_writes(w)
       if finished then
         task.result = res.update or {}
       elseif res.status == "interrupt" then
@@ -191,7 +193,7 @@ local function snapshot(self, tup, cfg)
     tasks[i] = task
   end
   if by.__breakpoint__ then
-    local res = p.from_writes(by.__breakpoint__)
+    local res = algo.from_writes(by.__breakpoint__)
     for _, it in ipairs(res.interrupts or {}) do interrupts[#interrupts + 1] = it end
   end
   return {
@@ -200,18 +202,18 @@ local function snapshot(self, tup, cfg)
     tasks = tasks,
     interrupts = interrupts,
     step = cp.step,
-    config = tup.config,
-    parent_config = tup.parent_config,
-    metadata = tup.metadata,
+    config = tuple.config,
+    parent_config = tuple.parent_config,
+    metadata = tuple.metadata,
     created_at = cp.ts,
   }
 end
 
 local function get_state(self, cfg)
-  local ok, tup, err = pcall(self.checkpointer.get, self.checkpointer, cfg)
-  if not ok then return nil, "checkpointer get failed: " .. tostring(tup) end
-  if tup == nil and err then return nil, err end
-  return snapshot(self, tup, cfg)
+  local ok, tuple, err = pcall(self.checkpointer.get, self.checkpointer, cfg)
+  if not ok then return nil, "checkpointer get failed: " .. tostring(tuple) end
+  if tuple == nil and err then return nil, err end
+  return snapshot(self, tuple, cfg)
 end
 
 --[[ get_state(cfg) -> snapshot | nil, err
@@ -230,19 +232,21 @@ local function history(self, cfg, opts)
   if not ok then return nil, "checkpointer list failed: " .. tostring(list) end
   if list == nil then return nil, err end
   local out = {}
-  for i, tup in ipairs(list) do out[i] = snapshot(self, tup, cfg) end
+  for i, tuple in ipairs(list) do out[i] = snapshot(self, tuple, cfg) end
   return out
 end
 
---[[ history(cfg [, {limit=, before=}]) -> list of snapshots, newest first ]]
-function app:history(cfg, opts)
-  cfg = check_cfg(cfg, "history")
-  need_saver(self, cfg, "history")
+--[[ get_state_history(cfg [, {limit=, before=}]) -> list of snapshots,
+newest first (app:history is the same) ]]
+function app:get_state_history(cfg, opts)
+  cfg = check_cfg(cfg, "get_state_history")
+  need_saver(self, cfg, "get_state_history")
   if opts ~= nil and type(opts) ~= "table" then
-    error("bad argument #2 to 'history': options table expected, got " .. type(opts), 2)
+    error("bad argument #2 to 'get_state_history': options table expected, got " .. type(opts), 2)
   end
   return in_task(history, self, cfg, opts or {})
 end
+app.history = app.get_state_history
 
 -- The compiled graph whose checkpoints namespace ns holds: each level
 -- "name:task_id[@checkpoint]" names a subgraph node of the level above.
@@ -256,95 +260,6 @@ local function graph_of_ns(self, ns)
     g = spec.sub
   end
   return g
-end
-
-local function update_state(self, cfg, values, as_node, graph)
-  local p = P()
-  local R = p.new_run(self, cfg, nil, cfg.checkpoint_ns or "")
-  R.io.mode = "sync"
-  R.exit = nil
-  -- a subgraph's namespace: its own nodes, entry and reducers
-  R.app, R.nodes, R.reducers = graph, graph.nodes, graph.reducers
-  local saver = self.checkpointer
-  local ok, tup, err = pcall(saver.get, saver, cfg)
-  if not ok then return nil, "checkpointer get failed: " .. tostring(tup) end
-  if tup == nil and err then return nil, err end
-  if cfg.checkpoint_id and not tup then
-    return nil, "checkpoint '" .. tostring(cfg.checkpoint_id) .. "' not found"
-  end
-  local lok, latest = pcall(saver.get, saver, { thread_id = cfg.thread_id, checkpoint_ns = R.ns })
-  R.last_id = lok and latest and latest.checkpoint.id or nil
-  local base_next = {}
-  if tup then
-    local cp = tup.checkpoint
-    R.values, R.step, R.cp_id, R.saved_id = cp.values or {}, cp.step or -1, cp.id, cp.id
-    base_next = cp.next or {}
-    if cp.barriers then
-      R.barriers = {}
-      for k, l in pairs(cp.barriers) do
-        local set = {}
-        for _, s in ipairs(l) do set[s] = true end
-        R.barriers[k] = set
-      end
-    end
-    if cp.deferred then
-      R.deferred = {}
-      for _, n in ipairs(cp.deferred) do R.deferred[n] = true end
-    end
-  end
-  local aok, v = pcall(p.apply_input, R, R.values, values or {})
-  if not aok then return nil, tostring(v) end
-  R.values = v
-  local plan
-  if as_node == nil then
-    plan = {}
-    for i, e in ipairs(base_next) do
-      plan[i] = { node = e.node, send = e.send, arg = e.arg }
-    end
-  elseif as_node == control.END then
-    plan = {}
-  elseif as_node == control.START then
-    plan = p.plan_start(R)
-  else
-    local spec = graph.nodes[as_node]
-    local res = { status = "done" }
-    local executor = require "moongraph.executor"
-    if spec.branches[1] then
-      local rerr = executor.route(R, spec, R.values, res, {
-        node = as_node, config = cfg, ns = R.ns, step = R.step + 1 })
-      if rerr then return nil, rerr end
-    end
-    local pulls, seen = {}, {}
-    local function add(n)
-      if n ~= control.END and not seen[n] then seen[n] = true; pulls[#pulls + 1] = n end
-    end
-    for _, e in ipairs(spec.edges) do add(e) end
-    for _, j in ipairs(spec.joins) do
-      R.barriers = R.barriers or {}
-      local b = R.barriers[j.key] or {}
-      R.barriers[j.key] = b
-      b[as_node] = true
-      local all = true
-      for _, s in ipairs(j.sources) do if not b[s] then all = false end end
-      if all then R.barriers[j.key] = nil; add(j.target) end
-    end
-    for _, n in ipairs(res.route or {}) do add(n) end
-    table_sort(pulls)
-    plan = p.make_plan(R.step + 2, pulls, res.sends)
-  end
-  R.step = R.step + 1
-  p.save_checkpoint(R, plan, "update", { as_node })
-  if R.io.err then return nil, R.io.err end
-  if as_node == nil and tup and next(base_next) then
-    local by = p.group_writes(tup)
-    if by.__breakpoint__ then
-      local ok2, e2 = pcall(saver.put_writes, saver, {
-        thread_id = cfg.thread_id, checkpoint_ns = R.ns, checkpoint_id = R.cp_id,
-      }, "__breakpoint__", by.__breakpoint__)
-      if not ok2 then return nil, tostring(e2) end
-    end
-  end
-  return { thread_id = cfg.thread_id, checkpoint_ns = R.ns, checkpoint_id = R.cp_id }
 end
 
 --[[ update_state(cfg, values [, as_node]) -> cfg of the new checkpoint | nil, err
@@ -378,7 +293,7 @@ function app:update_state(cfg, values, as_node)
     error("bad argument #3 to 'update_state': unknown node '" .. tostring(as_node) .. "'" ..
       (graph ~= self and " in the subgraph of that checkpoint_ns" or ""), 2)
   end
-  return in_task(update_state, self, cfg, values, as_node, graph)
+  return in_task(engine.update_state, self, cfg, values, as_node, graph)
 end
 
 ---------------------------------------------------------------------------

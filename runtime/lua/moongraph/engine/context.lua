@@ -1,0 +1,222 @@
+--[[
+moongraph.engine.context — `ctx`, the second argument of every node and
+router: what a node may know of its run and do in it.
+
+  ctx.node            the node running (a fallback's own name in a chain)
+  ctx.task_id         "<step>:<node>" or "<step>:<node>#<send>"
+  ctx.step, ctx.ns    the superstep, the checkpoint namespace ("" at the root)
+  ctx.config          the run's config (the table given to invoke/stream)
+  ctx.attempt         1, 2, ... under a retry policy
+  ctx.failures        the failures earlier in this task: a fallback node sees
+                      {node, error, attempts} of each node that failed before it
+  ctx.previous_tasks  records of the tasks of earlier steps of this run
+                      (oldest first; see engine/task.lua for the fields)
+  ctx.emit(value)             a `custom` stream event
+  ctx.stream_token(text)      a `messages` stream event
+  ctx.interrupt(value)        pause the run; returns the resume value later
+  ctx.run_subgraph(app, input [, opts])   a compiled graph inside this task
+
+Every task gets a ctx of its own, so a ctx a node keeps (in a closure, a
+spawned task) always speaks for that node. The engine's own references live
+under keys user code cannot name.
+]]
+
+local type, pairs, tostring, error, setmetatable, getmetatable, rawget =
+  type, pairs, tostring, error, setmetatable, getmetatable, rawget
+local string_find = string.find
+
+local control = require "moongraph.control"
+local algo = require "moongraph.engine.algo"
+
+local _M = {}
+
+-- private keys: the run, the task (plan entry), per-attempt state
+local RUN, TASK, ATTEMPT = {}, {}, {}
+_M.RUN, _M.TASK = RUN, TASK
+
+local function is_callable(v)
+  if type(v) == "function" then return true end
+  local mt = getmetatable(v)
+  return type(mt) == "table" and mt.__call ~= nil
+end
+
+local function copy(t)
+  local c = {}
+  for k, v in pairs(t) do
+    if type(v) == "table" then v = copy(v) end
+    c[k] = v
+  end
+  return c
+end
+
+-- Methods are closures made on first use, so a node that ignores them
+-- costs nothing.
+local methods = {}
+
+function methods.emit(ctx)
+  return function(value)
+    local run = ctx[RUN]
+    local sink = run.sink
+    if sink and sink.modes.custom then
+      sink.put { mode = "custom", node = ctx.node, task_id = ctx.task_id, ns = run.ns,
+        step = ctx.step, data = value }
+    end
+  end
+end
+
+function methods.stream_token(ctx)
+  return function(text)
+    local run = ctx[RUN]
+    local sink = run.sink
+    if sink and sink.modes.messages then
+      sink.put { mode = "messages", node = ctx.node, task_id = ctx.task_id, ns = run.ns,
+        step = ctx.step, data = text }
+    end
+  end
+end
+
+-- the per-attempt state, made on first use
+local function attempt_state(ctx)
+  local st = ctx[ATTEMPT]
+  if not st then
+    st = { interrupts = 0, subgraphs = nil, chain = nil }
+    ctx[ATTEMPT] = st
+  end
+  return st
+end
+
+function methods.interrupt(ctx)
+  return function(value)
+    local st = attempt_state(ctx)
+    local i = st.interrupts + 1
+    st.interrupts = i
+    local resume = ctx[TASK].resume
+    if resume and resume[i] ~= nil then
+      return resume[i]
+    end
+    local run = ctx[RUN]
+    if not run.saver then
+      error("ctx.interrupt in node '" .. ctx.node ..
+        "' needs a checkpointer: compile the graph with {checkpointer = ...} and invoke it with a thread_id", 2)
+    end
+    local prefix = run.ns ~= "" and (run.ns .. "|") or ""
+    error(control.interrupt_error { {
+      id = prefix .. ctx.task_id .. "/" .. i, value = value, node = ctx.node, ns = run.ns,
+    } }, 0)
+  end
+end
+
+local function check_subgraph_args(sub, input, opts)
+  if not (type(sub) == "table" and sub.is_compiled_graph == true) then
+    error("bad argument #1 to 'run_subgraph': compiled graph expected, got " .. type(sub), 3)
+  end
+  if type(input) ~= "table" then
+    error("bad argument #2 to 'run_subgraph': table of state values expected, got " .. type(input), 3)
+  end
+  if opts == nil then return nil, nil end
+  if type(opts) ~= "table" then
+    error("bad argument #3 to 'run_subgraph': options table expected, got " .. type(opts), 3)
+  end
+  for k in pairs(opts) do
+    if k ~= "ns_suffix" and k ~= "on_event" then
+      error("bad argument #3 to 'run_subgraph': unknown option '" .. tostring(k) ..
+        "' (expected ns_suffix, on_event)", 3)
+    end
+  end
+  local suffix, on_event = opts.ns_suffix, opts.on_event
+  if suffix ~= nil and (type(suffix) ~= "string" or suffix == "" or string_find(suffix, "[:|/#@]")) then
+    error("bad argument #3 to 'run_subgraph': ns_suffix must be a non-empty string without ':', '|', '/', '#' or '@'", 3)
+  end
+  if on_event ~= nil and not is_callable(on_event) then
+    error("bad argument #3 to 'run_subgraph': on_event must be a function", 3)
+  end
+  return suffix, on_event
+end
+
+--[[ ctx.run_subgraph(app, input [, opts]) -> final state, update
+Runs compiled graph `app` as a subgraph of this task (engine/loop.lua
+run_subgraph). opts: ns_suffix (a name of its own within the task:
+namespace <node>.<suffix>:<task_id>, needed to run more than one subgraph in
+a task), on_event (function(event) seeing every stream event of the run). ]]
+function methods.run_subgraph(ctx)
+  return function(sub, input, opts)
+    local suffix, on_event = check_subgraph_args(sub, input, opts)
+    local name = ctx.node
+    if suffix then name = name .. "." .. suffix end
+    local run = ctx[RUN]
+    return run.loop.run_subgraph(run, ctx, sub, input, name, on_event)
+  end
+end
+
+-- fields computed on access, so that making a ctx costs one small table
+local fields = {
+  config = function(ctx) return ctx[RUN].cfg end,
+  step = function(ctx) return ctx[RUN].step + 1 end,
+  ns = function(ctx) return ctx[RUN].ns end,
+  attempt = function() return 1 end,
+  task_id = function(ctx)
+    local t = ctx[TASK]
+    return t.id or algo.task_id(ctx[RUN].step + 1, t.node, t.send)
+  end,
+  failures = function(ctx)
+    local st = ctx[ATTEMPT]
+    local chain = st and st.chain
+    local out = {}
+    for i = 1, chain and #chain or 0 do out[i] = copy(chain[i]) end
+    return out
+  end,
+  previous_tasks = function(ctx)
+    local records = ctx[RUN].records
+    local out = {}
+    for i = 1, records and #records or 0 do out[i] = algo.task_record(records[i]) end
+    return out
+  end,
+}
+
+local mt = {
+  __name = "moongraph.ctx",
+  __index = function(ctx, k)
+    local field = fields[k]
+    if field then return field(ctx) end
+    local make = methods[k]
+    if make then
+      local f = make(ctx)
+      ctx[k] = f
+      return f
+    end
+  end,
+}
+
+-- new(run, task) -> ctx for one task
+function _M.new(run, task)
+  return setmetatable({ node = task.node, [RUN] = run, [TASK] = task }, mt)
+end
+
+-- A fresh attempt of the node: interrupts are counted and subgraph
+-- namespaces claimed again.
+function _M.new_attempt(ctx)
+  local st = ctx[ATTEMPT]
+  if st then st.interrupts, st.subgraphs = 0, nil end
+end
+
+-- The failures before the node now running in this task (a fallback chain).
+function _M.set_failures(ctx, chain)
+  attempt_state(ctx).chain = chain
+end
+
+-- claim_namespace(ctx, ns) -> true | nil when this attempt already ran a
+-- subgraph in ns
+function _M.claim_namespace(ctx, ns)
+  local st = attempt_state(ctx)
+  local used = st.subgraphs
+  if used and used[ns] then return nil end
+  if not used then used = {}; st.subgraphs = used end
+  used[ns] = true
+  return true
+end
+
+function _M.run_of(ctx) return rawget(ctx, RUN) end
+function _M.is_ctx(v) return type(v) == "table" and getmetatable(v) == mt end
+function _M.task_of(ctx) return rawget(ctx, TASK) end
+
+return _M

@@ -1,0 +1,159 @@
+--[[
+moongraph.engine.writer — how a run's checkpoints and pending writes reach
+its saver, by durability mode:
+
+  sync   each write is awaited before the run goes on
+  async  one writer task per run issues the writes in order while the run
+         goes on; the run waits for all of them at its end
+  exit   the latest checkpoint of each namespace and its writes are kept in
+         memory and saved when the run (or subgraph run) ends
+
+A writer belongs to the root run and is shared by its subgraph runs. The
+first saver failure is kept in writer.err and ends the run; later writes
+are dropped.
+
+  writer.new(saver, mode) -> w
+  writer.put(run, op, cfg, a, b)     op "put" (checkpoint, metadata) or
+                                     "put_writes" (task id, writes)
+  writer.save_writes(run, task_id, writes)
+  writer.flush(run) -> true | nil, err     every write of run done
+  writer.drain(w)                           (async) the queue issued and done
+  writer.close(run)
+]]
+
+local type, tostring, pcall, ipairs = type, tostring, pcall, ipairs
+
+local tasks = require "moongraph.tasks"
+
+local _M = {}
+
+function _M.new(saver, mode)
+  return { saver = saver, mode = mode, err = nil, q = nil, task = nil, limit = 1 }
+end
+
+local function saver_call(w, op, a, b, c)
+  local ok, r1, r2 = pcall(w.saver[op], w.saver, a, b, c)
+  if not ok then
+    w.err = "checkpointer " .. op .. " failed: " .. tostring(r1)
+  elseif r1 == nil then
+    w.err = "checkpointer " .. op .. " failed: " .. tostring(r2)
+  end
+end
+
+--[[ The async writer: issues the run's writes in order. A saver that sets
+`concurrent_writes = n` gets up to n writes in flight at once (the file
+saver's fsyncs then share journal commits); two writes to the same target
+(the same task's writes of one checkpoint) still complete in order. Order
+between different targets does not matter for recovery: a later checkpoint
+already holds the results of every pending write of the earlier ones. ]]
+local function writer_loop(w)
+  local q = w.q
+  local limit = w.limit
+  local inflight, busy, done = 0, {}, nil
+  local function one(job)
+    saver_call(w, job.op, job.a, job.b, job.c)
+    busy[job.key] = nil
+    done:put(true)
+  end
+  while true do
+    local job = q:get()
+    if job == nil then return end
+    if job.flush then
+      while inflight > 0 do done:get(); inflight = inflight - 1 end
+      job.flush:put(true)
+    elseif not w.err then
+      if limit <= 1 then
+        saver_call(w, job.op, job.a, job.b, job.c)
+      else
+        done = done or tasks.queue()
+        while inflight >= limit or busy[job.key] do
+          done:get()
+          inflight = inflight - 1
+        end
+        busy[job.key] = true
+        inflight = inflight + 1
+        tasks.spawn(one, job)
+      end
+    end
+  end
+end
+
+-- The saver config of checkpoint `id` in the run's namespace.
+function _M.cfg(run, id)
+  return { thread_id = run.thread_id, checkpoint_ns = run.ns, checkpoint_id = id }
+end
+
+function _M.put(run, op, a, b, c)
+  local w = run.writer
+  if w.err then return end
+  local mode = w.mode
+  if mode == "sync" then
+    saver_call(w, op, a, b, c)
+  elseif mode == "async" then
+    if not w.q then
+      local n = w.saver.concurrent_writes
+      w.limit = type(n) == "number" and n >= 1 and n or 1
+      w.q = tasks.queue()
+      w.task = tasks.spawn(writer_loop, w)
+    end
+    -- the target: a checkpoint, or one task's writes for a checkpoint
+    local key = op == "put" and b.id or (a.checkpoint_ns .. "\0" .. a.checkpoint_id .. "\0" .. b)
+    w.q:put { op = op, a = a, b = b, c = c, key = key }
+  else -- exit: remember the latest checkpoint of this namespace and its writes
+    local ex = run.exit
+    if op == "put" then
+      ex.put = { a, b, c }
+      ex.writes = {}
+    else
+      ex.writes[#ex.writes + 1] = { a, b, c }
+    end
+  end
+end
+
+-- A task's writes, as pending writes of the checkpoint the step started from.
+function _M.save_writes(run, task_id, writes)
+  _M.put(run, "put_writes", _M.cfg(run, run.cp_id), task_id, writes)
+end
+
+-- async: wait until the writer has issued and finished every queued write
+function _M.drain(w)
+  local reply = tasks.queue()
+  w.q:put { flush = reply }
+  reply:get()
+end
+
+--[[ flush(run) -> true | nil, err: every write of this run issued and done
+(for a subgraph run under `exit`: its buffered checkpoint and writes saved). ]]
+function _M.flush(run)
+  local w = run.writer
+  if not w then return true end
+  if w.mode == "exit" then
+    local ex = run.exit
+    if ex.put then
+      local p = ex.put
+      ex.put = nil
+      -- the parent is the last checkpoint actually saved in this namespace
+      p[1] = _M.cfg(run, run.saved_id)
+      saver_call(w, "put", p[1], p[2], p[3])
+      for _, wr in ipairs(ex.writes) do
+        if w.err then break end
+        saver_call(w, "put_writes", wr[1], wr[2], wr[3])
+      end
+      ex.writes = {}
+    end
+  elseif w.mode == "async" and w.q and run.root then
+    _M.drain(w)
+  end
+  if w.err then return nil, w.err end
+  return true
+end
+
+function _M.close(run)
+  local w = run.writer
+  if w and run.root and w.q then
+    w.q:close()
+    w.q = nil
+  end
+end
+
+return _M
