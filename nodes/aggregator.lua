@@ -1,23 +1,21 @@
 -- aggregator: collects what the parallel nodes of the turn brought back.
 --
 -- The engine has already merged every node's `contexts` entry into the
--- state; this node checks them against what the router sent, writes an
--- entry for every node that failed (so `contexts` maps each node that ran to
--- its result or its error), lists the nodes that ran in order (`nodes_run`),
--- logs what arrived and what did not, and decides where the turn goes next
--- (`aggregate.next`):
+-- state and recorded how each task went (ctx.previous_tasks: the node asked
+-- for, the node that finally ran, its error, and the fallback chain of the
+-- nodes that failed before it). This node writes an entry for every node
+-- that failed (so `contexts` maps each node that ran to its result or its
+-- error), lists the nodes that ran in order (`nodes_run`), logs what arrived
+-- and what did not, and decides where the turn goes next (`aggregate.next`):
 --
 --   answer    the primary request has a usable context, or it only lacks
---             services that are not configured (nothing to retry)
---   general   the primary request failed after its own fallback policy and
---             an LLM is configured: the general node answers it
---   clarify   as above without an LLM, or the general step was already
---             tried: ask the user to rephrase
---
--- Failure records come from three places: the engine's `errors` (a fail_open
--- node, or the end of a fallback chain), `node_runs` entries with ok = false
--- (a node whose fallback then succeeded), and a fallback's `fallback_of`
--- (the node it stood in for).
+--             services that are not configured (nothing to retry), or the
+--             fallback chain already ran
+--   general   the primary request failed after its own fallback policy:
+--             the chain goes on with the general node (which, without an
+--             LLM, fails over to clarify by its own policy)
+local turn = require "nodes.lib.turn"
+
 local ipairs, pairs, type, tostring = ipairs, pairs, type, tostring
 local concat = table.concat
 
@@ -27,24 +25,7 @@ local _M = {
   timeout = 5,
 }
 
--- What each node's context is, for logs and the answer's headings.
-_M.descriptions = {
-  waste_rag = "분리배출 방법",
-  character = "캐릭터 정보",
-  location = "장소 정보",
-  web_search = "웹 검색 결과",
-  bulk_waste = "대형폐기물 정보",
-  recyclable_price = "재활용 시세",
-  weather = "날씨 정보",
-  collection_point = "수거함 위치",
-  image_generation = "이미지 생성",
-  general = "일반 대화",
-  clarify = "다시 질문 요청",
-}
-
-function _M.describe(node)
-  return _M.descriptions[node] or node
-end
+_M.describe = turn.describe
 
 local function list_of(v)
   if type(v) == "table" then return v end
@@ -60,46 +41,41 @@ local function clean_error(e)
 end
 _M.clean_error = clean_error
 
--- Pure: the turn's report from the state. Returns
+-- Pure: the turn's report from the state and the engine's records of the
+-- run's earlier tasks. Returns
 -- { order = {node...}, status = {node = "ok"|"unavailable"|"empty"|"failed"},
---   failures = {node = {error=, fallback=, fallback_of=, chain_of=}},
---   chained = bool, primary = node }
-function _M.report(state)
+--   failures = {node = {error=, fallback=, fallback_of=}},
+--   chained = bool, primary = node, fallback_to = {node = its fallback} }
+function _M.report(state, records)
   local contexts = type(state.contexts) == "table" and state.contexts or {}
-  local runs = list_of(state.node_runs)
-  local errors = list_of(state.errors)
-  local failures, fallback_to, chain_of = {}, {}, {}
-  local ran = {}
-
-  for _, r in ipairs(runs) do
-    if type(r) == "table" and r.node then
-      ran[r.node] = true
-      if r.fallback_of then fallback_to[r.fallback_of] = r.node end
-      if r.chain_of then chain_of[r.node] = r.chain_of end
-      if r.ok == false then
-        failures[r.node] = { error = clean_error(r.error), fallback_of = r.fallback_of }
+  local failures, fallback_to, chain_step = {}, {}, {}
+  local ran, chained = {}, false
+  local after_aggregator = false
+  for _, r in ipairs(list_of(records)) do
+    if r.node == _M.name then
+      after_aggregator = true
+    elseif r.send ~= nil and r.ran then
+      -- a branch task (every branch runs as a Send)
+      local chain = list_of(r.chain)
+      for i, c in ipairs(chain) do
+        local nxt = chain[i + 1] and chain[i + 1].node or r.ran
+        ran[c.node] = true
+        failures[c.node] = { error = clean_error(c.error), fallback = nxt,
+                             fallback_of = chain[i - 1] and chain[i - 1].node or nil }
+        fallback_to[c.node] = nxt
+      end
+      ran[r.ran] = true
+      if r.status == "failed" then
+        failures[r.ran] = { error = clean_error(r.error),
+                            fallback_of = chain[1] and chain[#chain].node or nil }
+      end
+      if after_aggregator then
+        chained = true
+        chain_step[r.node] = true
+        for _, c in ipairs(chain) do chain_step[c.node] = true end
+        chain_step[r.ran] = true
       end
     end
-  end
-  for _, e in ipairs(errors) do
-    if type(e) == "table" and e.node then
-      ran[e.node] = true
-      failures[e.node] = failures[e.node] or {}
-      failures[e.node].error = clean_error(e.error)
-      if e.fallback_of then
-        failures[e.node].fallback_of = e.fallback_of
-        fallback_to[e.fallback_of] = fallback_to[e.fallback_of] or e.node
-        -- the node the chain started from failed too, even when its own
-        -- record did not survive the chain's failure
-        if not failures[e.fallback_of] and not (contexts[e.fallback_of] or {}).ok then
-          failures[e.fallback_of] = { error = "실패하여 " .. e.node .. "(으)로 대체" }
-          ran[e.fallback_of] = true
-        end
-      end
-    end
-  end
-  for node, f in pairs(failures) do
-    if fallback_to[node] then f.fallback = fallback_to[node] end
   end
 
   local status = {}
@@ -116,7 +92,8 @@ function _M.report(state)
     if not status[node] or status[node] == "failed" then status[node] = "failed" end
   end
 
-  -- order: routed nodes, each followed by its fallbacks, then the rest
+  -- order: routed nodes, each followed by its fallbacks, then the rest,
+  -- the chain's steps last
   local order, seen = {}, {}
   local function add(node)
     if node and ran[node] and not seen[node] then
@@ -134,25 +111,24 @@ function _M.report(state)
   end
   local rest = {}
   for node in pairs(ran) do
-    if not seen[node] then rest[#rest + 1] = node end
+    if not seen[node] and not chain_step[node] then rest[#rest + 1] = node end
   end
-  table.sort(rest, function(a, b)
-    -- chain steps (general, then clarify) after everything else
-    local ca, cb = chain_of[a] and 1 or 0, chain_of[b] and 1 or 0
-    if ca ~= cb then return ca < cb end
-    if a == "clarify" or b == "clarify" then return b == "clarify" end
-    return a < b
-  end)
+  table.sort(rest)
   for _, node in ipairs(rest) do add(node) end
+  for _, r in ipairs(list_of(records)) do
+    if r.send ~= nil and chain_step[r.node] then
+      for _, c in ipairs(list_of(r.chain)) do add(c.node) end
+      add(r.node)
+      add(r.ran)
+    end
+  end
 
-  local chained = next(chain_of) ~= nil or status.clarify ~= nil
   return { order = order, status = status, failures = failures, chained = chained,
-           primary = primary, fallback_to = fallback_to }
+           primary = primary, fallback_to = fallback_to, chain_step = chain_step }
 end
 
--- Pure: where the turn goes after the report -> "answer" | "general" |
--- "clarify", and why.
-function _M.next_step(rep, has_llm)
+-- Pure: where the turn goes after the report -> "answer" | "general", and why.
+function _M.next_step(rep)
   local p = rep.primary
   if not p then return "answer", "nothing was routed" end
   local chain, node = {}, p
@@ -170,14 +146,14 @@ function _M.next_step(rep, has_llm)
   if not failed then
     return "answer", concat(chain, " -> ") .. " not configured"
   end
-  if has_llm and p ~= "general" and not rep.status.general then
-    return "general", concat(chain, " -> ") .. " failed; asking the LLM"
+  if p ~= "general" and not rep.status.general then
+    return "general", concat(chain, " -> ") .. " failed; the chain goes on"
   end
-  return "clarify", concat(chain, " -> ") .. " failed"
+  return "answer", concat(chain, " -> ") .. " failed"
 end
 
 function _M.run(state, ctx)
-  local rep = _M.report(state)
+  local rep = _M.report(state, ctx and ctx.previous_tasks)
   local contexts = type(state.contexts) == "table" and state.contexts or {}
   local add_ctx = nil
   local collected, missing, samples = {}, {}, {}
@@ -193,6 +169,9 @@ function _M.run(state, ctx)
     if s == "ok" then
       collected[#collected + 1] = node
       if type(c) == "table" and c.sample then samples[#samples + 1] = node end
+    elseif rep.chain_step[node] then
+      -- a step of the fallback chain that gave way to the next one (general
+      -- without an LLM) is how the chain works, not something missing
     else
       local reason
       if type(c) == "table" and c.text and s ~= "failed" then reason = c.text
@@ -202,8 +181,7 @@ function _M.run(state, ctx)
                                 fallback = f and f.fallback or nil }
     end
   end
-  local has_llm = ctx and ctx.llm ~= nil
-  local nxt, why = _M.next_step(rep, has_llm)
+  local nxt, why = _M.next_step(rep)
   local aggregate = {
     collected = collected, missing = missing, samples = samples,
     primary = rep.primary, next = nxt, reason = why,

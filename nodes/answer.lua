@@ -1,6 +1,6 @@
 -- answer: the reply to the user, streamed token by token.
 --
--- With an LLM (ctx.llm, a moongraph.llm client) the system prompt of
+-- With an LLM (ctx.config.llm, a moongraph.llm client) the system prompt of
 -- prompts/answer.txt, the in-context examples of prompts/answer_examples.txt,
 -- the last turns of the conversation and the question with its contexts go
 -- out with `stream`, and every delta reaches ctx.stream_token as it arrives.
@@ -181,7 +181,7 @@ function _M.run(state, ctx)
   local notices = turn.notices(state)
   local contexts = type(state.contexts) == "table" and state.contexts or {}
   local source
-  local llm = ctx and ctx.llm
+  local llm = ctx and ctx.config and ctx.config.llm
   if type(contexts.clarify) == "table" and contexts.clarify.ok then
     source = "clarify"
     out(contexts.clarify.text)

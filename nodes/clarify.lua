@@ -3,13 +3,12 @@
 -- it again, more concretely, and tells why: no matching rule, or a service
 -- that failed (then trying again later may help as well).
 --
--- It runs as general's fallback (the LLM failed) or when the aggregator
--- finds the primary request unanswered and no LLM to ask. Input: the state
--- or the aggregator's Send argument, whose `chain_failures` lists
--- {node, error} of the steps that failed; ctx.failed (set by the pipeline)
--- adds the nodes that failed before it in its own task, such as general
--- when clarify is general's fallback. It never fails.
-local ipairs, type, concat = ipairs, type, table.concat
+-- It runs as general's fallback (the LLM failed, or there is none). Input:
+-- the state or the aggregator's Send argument, whose `chain_failures` lists
+-- {node, error} of the steps that failed; ctx.failures (the engine's) adds
+-- the nodes that failed before it in its own task, such as general. It
+-- never fails.
+local ipairs, type, tostring, concat = ipairs, type, tostring, table.concat
 
 local _M = {
   name = "clarify",
@@ -45,8 +44,13 @@ function _M.run(state, ctx)
   local failures = {}
   local given = type(state) == "table" and state.chain_failures
   for _, f in ipairs(type(given) == "table" and given or {}) do failures[#failures + 1] = f end
-  local own = ctx and rawget(ctx, "failed")
-  for _, f in ipairs(type(own) == "table" and own or {}) do failures[#failures + 1] = f end
+  local own = ctx and ctx.failures
+  for _, f in ipairs(type(own) == "table" and own or {}) do
+    -- general giving way for want of an LLM is the chain, not a failure to report
+    if not (f.node == "general" and tostring(f.error):find("no LLM configured", 1, true)) then
+      failures[#failures + 1] = f
+    end
+  end
   local reasons, service_error = {}, false
   for _, f in ipairs(failures) do
     if type(f) == "table" then

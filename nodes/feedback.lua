@@ -6,7 +6,7 @@
 --   context_relevance  the contexts are about what was asked
 --   answer_relevance   the answer addresses what was asked
 --
--- With an LLM (ctx.llm) it is an LLM judge: prompts/feedback.txt with a JSON
+-- With an LLM (ctx.config.llm) it is an LLM judge: prompts/feedback.txt with a JSON
 -- schema for the four scores. Without one, or when the judge fails, a
 -- defined heuristic over Korean-aware text units:
 --
@@ -270,7 +270,7 @@ end
 function _M.run(state, ctx)
   local answer = type(state.answer) == "string" and state.answer or ""
   local grounding = _M.grounding(state)
-  local llm = ctx and ctx.llm
+  local llm = ctx and ctx.config and ctx.config.llm
   local q, err
   if llm then
     q, err = judge(llm, state, grounding)

@@ -1,6 +1,8 @@
 -- general: small talk and questions outside the other nodes, answered by
--- the configured LLM (ctx.llm, a moongraph.llm client). Without an LLM it
--- gives a short fixed reply saying so and what the assistant can do offline.
+-- the configured LLM (ctx.config.llm, a moongraph.llm client). Without an
+-- LLM it gives a short fixed reply saying so and what the assistant can do
+-- offline — except as a step of the fallback chain (its Send argument has
+-- `chain_of`), where it fails so that its own fallback, clarify, answers.
 local prompts = require "moongraph.prompt"
 
 local _M = {
@@ -52,7 +54,10 @@ function _M.run(state, ctx)
   if type(message) ~= "string" or message:match("^%s*$") then
     error("general: the question (state.message) is empty", 0)
   end
-  local llm = ctx and ctx.llm
+  local llm = ctx and ctx.config and ctx.config.llm
+  if not llm and state.chain_of then
+    error("general: no LLM configured to answer in place of " .. tostring(state.chain_of), 0)
+  end
   if not llm then
     return {
       contexts = {

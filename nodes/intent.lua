@@ -11,7 +11,7 @@
 --   g:add_node("intent", node.run, { timeout = node.timeout })
 --
 -- It also opens the turn: the turn counter goes up, the user's message joins
--- the history, and the per-turn keys (contexts, node_runs, errors) are reset
+-- the history, and the per-turn keys (contexts, errors) are reset
 -- with the marker the pipeline's reducers understand (state.RESET below).
 local classifier = require "nodes.lib.intent_classifier"
 local dynamic_router = require "nodes.lib.dynamic_router"
@@ -51,7 +51,7 @@ function _M.classify_turn(state, ctx, rules, route)
   local prev = state.intent
   -- a previous intent is used only when it is one of the nine intents
   if not classifier.is_intent(prev) then prev = nil end
-  local llm = ctx and ctx.llm
+  local llm = ctx and ctx.config and ctx.config.llm
   local r, err = classifier.classify(message, {
     prev_intent = prev, user_location = state.user_location, llm = llm, rules = rules,
   })
@@ -75,7 +75,6 @@ function _M.classify_turn(state, ctx, rules, route)
     transition_boost = boost and boost.applied or 0,
     routing = decisions,
     contexts = _M.RESET,
-    node_runs = _M.RESET,
     errors = _M.RESET,
     messages = { role = "user", content = message, turn = turn, intent = r.intent },
   }

@@ -228,7 +228,8 @@ function _M.run(state, ctx)
   local point, err = geo.resolve(loc)
   if not point then error("weather: " .. err, 0) end
   local nx, ny = grid.to_grid(point.lat, point.lon)
-  local now = (ctx and ctx.clock and ctx.clock()) or os.time()
+  local clock = ctx and ctx.config and ctx.config.clock
+  local now = (clock and clock()) or os.time()
   local base_date, base_time = kma_time.base(now)
   local req = _M.build_request(cfg, { nx = nx, ny = ny, base_date = base_date, base_time = base_time,
                                       rows = _M.rows_for(base_date, base_time, now) })

@@ -20,20 +20,33 @@ local function config(extra)
   return cfg
 end
 
--- Run one turn, collecting the stream: tokens, node events, final state.
+-- Run one turn, collecting the stream: tokens, the nodes that ran (from the
+-- engine's `tasks` events: {node, step, t0, t1, fallback_of}, a fallback
+-- chain's failed nodes first), final state.
 local function turn(app, message, cfg, opts)
   opts = opts or {}
-  cfg.modes = { "values", "messages", "custom" }
+  cfg.stream_mode = { "values", "messages", "tasks" }
   return mg.run(function()
     local out = { tokens = {}, nodes = {} }
+    local started = {}
     local ok, err = pcall(function()
       for ev in app:stream(chat.input(message, { location = opts.location }), cfg) do
         if ev.mode == "messages" then
           out.tokens[#out.tokens + 1] = ev.data
           out.token_nodes = out.token_nodes or {}
           out.token_nodes[ev.node] = true
-        elseif ev.mode == "custom" and ev.data.type == "node" then
-          out.nodes[#out.nodes + 1] = ev.data
+        elseif ev.mode == "tasks" and ev.data.event == "start" then
+          started[ev.data.id] = ev.data.time
+        elseif ev.mode == "tasks" then
+          local d, t0 = ev.data, started[ev.data.id]
+          local prev = nil
+          for _, c in ipairs(d.chain or {}) do
+            out.nodes[#out.nodes + 1] = { node = c.node, step = ev.step + 1, t0 = t0,
+              t1 = t0 + c.duration, fallback_of = prev }
+            prev, t0 = c.node, t0 + c.duration
+          end
+          out.nodes[#out.nodes + 1] = { node = d.ran or d.name, step = ev.step + 1, t0 = t0,
+            t1 = started[d.id] + d.duration, fallback_of = prev }
         elseif ev.mode == "values" then
           out.state = ev.data
         end
@@ -178,7 +191,8 @@ describe("Eco² chat pipeline", function()
           local out = turn(app, "뷁뷁 어떻게 버려?", config { tavily = online(nil, { timeout = 0.3 }) })
           assert.is_nil(out.error)
           local s = out.state
-          assert.are.same({ "waste_rag", "web_search", "weather", "clarify" }, s.nodes_run)
+          -- the chain goes on with general, which without an LLM gives way to clarify
+          assert.are.same({ "waste_rag", "web_search", "weather", "general", "clarify" }, s.nodes_run)
           assert.are.equal("web_search", s.contexts.waste_rag.fallback)
           assert.matches("^web_search: .*" .. pattern, s.contexts.web_search.error)
           assert.are.equal("waste_rag", s.errors[1].fallback_of)

@@ -30,10 +30,11 @@ local function seed_state()
   }
 end
 
+-- a ctx that collects streamed tokens; extra goes into its config (llm)
 local function token_ctx(extra)
   local tokens = {}
-  local ctx = { stream_token = function(t) tokens[#tokens + 1] = t end }
-  for k, v in pairs(extra or {}) do ctx[k] = v end
+  local ctx = { stream_token = function(t) tokens[#tokens + 1] = t end, config = {} }
+  for k, v in pairs(extra or {}) do ctx.config[k] = v end
   return ctx, tokens
 end
 
@@ -224,7 +225,7 @@ describe("feedback node", function()
         comment = "근거에 충실함" } } end)
       local st = seed_state()
       st.answer = grounded
-      local q = mg.run(function() return feedback.run(st, { llm = client() }).quality end)
+      local q = mg.run(function() return feedback.run(st, { config = { llm = client() } }).quality end)
       assert.are.equal("llm", q.method)
       assert.are.equal(0.9, q.faithfulness)
       assert.are.equal(0.85, q.overall)
@@ -238,7 +239,7 @@ describe("feedback node", function()
       mg.run(function() srv:script { status = 500, body = "{}" } end)
       local st = seed_state()
       st.answer = grounded
-      local q = mg.run(function() return feedback.run(st, { llm = client() }).quality end)
+      local q = mg.run(function() return feedback.run(st, { config = { llm = client() } }).quality end)
       assert.are.equal("heuristic", q.method)
       assert.is_string(q.judge_error)
     end)

@@ -19,7 +19,6 @@ describe("intent node", function()
                       turn = 1, intent = "waste" }, up.messages)
     -- the per-turn keys start empty
     assert.are.same(intent_node.RESET, up.contexts)
-    assert.are.same(intent_node.RESET, up.node_runs)
     assert.are.same(intent_node.RESET, up.errors)
     assert.is_false(up.prev_intent)
   end)

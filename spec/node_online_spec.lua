@@ -66,7 +66,7 @@ describe("node adapters online", function()
   it("weather: KMA getVilageFcst with the grid point and the latest issue", function()
     record("/getVilageFcst", fx.raw("kma_vilage_fcst.json"))
     local ctx = ctx_for("kma")
-    ctx.clock = function() return FORECAST_TIME end
+    ctx.config.clock = function() return FORECAST_TIME end
     local c = run_node("weather", { message = "x", user_location = "서울특별시 강남구" }, ctx).contexts.weather
     assert.is_true(c.ok)
     assert.are.equal("kma", c.source)
@@ -85,7 +85,7 @@ describe("node adapters online", function()
   it("weather: a KMA error code is an error naming the node", function()
     record("/getVilageFcst", fx.raw("kma_no_data.json"))
     local ctx = ctx_for("kma")
-    ctx.clock = function() return FORECAST_TIME end
+    ctx.config.clock = function() return FORECAST_TIME end
     local ok, err = pcall(run_node, "weather", { message = "x", user_location = "서울특별시 강남구" }, ctx)
     assert.is_false(ok)
     assert.matches("^weather: KMA error 03: NO_DATA", err)

@@ -18,8 +18,12 @@
 -- LLM is configured) and clarify; docs/pipeline.md has the whole picture.
 --
 -- State keys (reducers): messages (messages), contexts (per-turn merge),
--- node_runs and errors (per-turn append); everything else is `last`. The
--- per-turn keys are emptied by the intent node at the start of each turn.
+-- errors (per-turn append: the engine's record of fail_open failures);
+-- everything else is `last`. The per-turn keys are emptied by the intent
+-- node at the start of each turn. Nodes find the LLM client and the clock in
+-- the run's config (ctx.config.llm, ctx.config.clock); how each task went
+-- (timing, errors, fallback chains) is the engine's: the `tasks` stream mode
+-- and ctx.previous_tasks.
 -- The previous turn's intent stays in the thread's checkpointed state and
 -- feeds the next turn's transition boost.
 local mg = require "moongraph"
@@ -28,9 +32,7 @@ local registry = require "nodes.registry"
 local intent_node = require "nodes.intent"
 local routing = require "scripts.eco.routing"
 
-local type, ipairs, pairs, error, tostring, pcall, setmetatable =
-  type, ipairs, pairs, error, tostring, pcall, setmetatable
-local floor = math.floor
+local type, ipairs, pairs, error, pcall = type, ipairs, pairs, error, pcall
 
 local _M = {}
 
@@ -70,89 +72,9 @@ function _M.schema()
   return {
     messages = reducers.messages,
     contexts = _M.turn_merge,
-    node_runs = _M.turn_append,
     errors = _M.turn_append,
   }
 end
-
-------------------------------------------------------------------------
--- node wrapper: configuration into ctx, timing, failure records
-------------------------------------------------------------------------
-
-local function ms(dt) return floor(dt * 1e6 + 0.5) / 1000 end
-
-local function first_line(e)
-  local s = tostring(e)
-  s = s:gsub("\nstack traceback:.*$", "")
-  return s
-end
-
--- The failures earlier in the same task (a fallback chain runs in its
--- task's ctx). The engine may hand one ctx table to several tasks of a run
--- in turn, so the list is kept with the task id it belongs to.
-local function task_failures(ctx)
-  local id = ctx.task_id
-  local st = rawget(ctx, "_eco_task")
-  if not st or st.id ~= id then
-    st = { id = id, failed = {} }
-    ctx._eco_task = st
-  end
-  return st.failed
-end
-
--- Wraps a node's run(input, ctx):
---   * ctx.llm and ctx.clock come from the run's config (cfg.llm, cfg.clock),
---     ctx.failed lists the nodes that failed before it in the same task;
---   * every run emits a custom stream event {type = "node", node, step,
---     t0, t1, status = "ok" | "error" | "cancelled", error, fallback_of,
---     chain_of} (a cancelled run, e.g. by its timeout, emits it on close);
---   * a branch node's success adds `node_runs` records for itself and for
---     the nodes that failed before it in the same task (its fallback
---     chain), which the engine would otherwise not keep.
-local function wrap(name, fn, is_branch)
-  local now = mg.now
-  return function(input, ctx)
-    local cfg = ctx.config
-    ctx.llm = cfg.llm
-    ctx.clock = cfg.clock
-    local failed = task_failures(ctx)
-    ctx.failed = failed[1] and failed or nil
-    local fallback_of = failed[1] and failed[#failed].node or nil
-    local chain_of = type(input) == "table" and input.chain_of or nil
-    local step = ctx.step
-    local t0 = now()
-    local done = false
-    local emit = ctx.emit
-    local guard <close> = setmetatable({}, { __close = function()
-      if not done then
-        emit { type = "node", node = name, step = step, t0 = t0, t1 = now(),
-               status = "cancelled", fallback_of = fallback_of, chain_of = chain_of }
-      end
-    end })
-    local ok, res = pcall(fn, input, ctx)
-    local t1 = now()
-    done = true
-    local rec = { node = name, ok = ok, ms = ms(t1 - t0), step = step,
-                  fallback_of = fallback_of, chain_of = chain_of }
-    if not ok then
-      rec.error = first_line(res)
-      failed[#failed + 1] = rec
-      emit { type = "node", node = name, step = step, t0 = t0, t1 = t1, status = "error",
-             error = rec.error, fallback_of = fallback_of, chain_of = chain_of }
-      error(res, 0)
-    end
-    emit { type = "node", node = name, step = step, t0 = t0, t1 = t1, status = "ok",
-           fallback_of = fallback_of, chain_of = chain_of }
-    if is_branch and type(res) == "table" then
-      local runs = {}
-      for _, f in ipairs(failed) do runs[#runs + 1] = f end
-      runs[#runs + 1] = rec
-      res.node_runs = runs
-    end
-    return res
-  end
-end
-_M.wrap = wrap
 
 ------------------------------------------------------------------------
 -- routers
@@ -239,17 +161,17 @@ function _M.build(opts)
   end
   local g = mg.graph(_M.schema())
   local intent = opts.nodes and opts.nodes.intent or intent_node.new { rules = routing.rules }
-  g:add_node("intent", wrap("intent", intent.run, false), node_opts(intent, opts))
+  g:add_node("intent", intent.run, node_opts(intent, opts))
   local targets = {}
   for _, name in ipairs(_M.branch_nodes) do
     local node = load_branch(name, opts)
-    g:add_node(name, wrap(name, node.run, true), node_opts(node, opts))
+    g:add_node(name, node.run, node_opts(node, opts))
     g:add_edge(name, "aggregator")
     if name ~= "clarify" then targets[#targets + 1] = name end
   end
   for _, name in ipairs({ "aggregator", "answer", "feedback", "summarize" }) do
     local node = opts.nodes and opts.nodes[name] or require("nodes." .. name)
-    g:add_node(name, wrap(name, node.run, false), node_opts(node, opts))
+    g:add_node(name, node.run, node_opts(node, opts))
   end
   g:add_edge(mg.START, "intent")
   g:add_conditional_edges("intent", fan_out, targets)

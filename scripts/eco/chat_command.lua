@@ -143,6 +143,27 @@ local function outcome(ev, state)
   return "ok" .. extra
 end
 
+-- The entries of one finished task for the step lines: each node of its
+-- fallback chain that failed, then the node that produced the result, with
+-- their times (from the engine's task record) and how they ended.
+local function task_entries(d, start)
+  local t0 = start and start.t0 or mg.now()
+  local input = start and start.input
+  local chain_of = type(input) == "table" and input.chain_of or nil
+  local entries, prev = {}, nil
+  for _, c in ipairs(d.chain or {}) do
+    local t1 = t0 + (c.duration or 0)
+    entries[#entries + 1] = { node = c.node, t0 = t0, t1 = t1, status = "error", error = c.error,
+                              fallback_of = prev, chain_of = chain_of }
+    prev, t0 = c.node, t1
+  end
+  local t1 = (start and start.t0 or t0) + (d.duration or 0)
+  local status = d.status == "done" and not d.failed and "ok" or d.status == "interrupt" and "interrupt" or "error"
+  entries[#entries + 1] = { node = d.ran or d.name, t0 = t0, t1 = t1 >= t0 and t1 or t0, status = status,
+                            error = d.error, fallback_of = prev, chain_of = chain_of }
+  return entries
+end
+
 -- Lines describing one finished step. A node that stood in for a failed
 -- one (its fallback) ran in the same task and is shown under it.
 local function step_lines(step, evs, state)
@@ -198,7 +219,7 @@ end
 function _M.json_state(state, extra)
   local o = {}
   for k, v in pairs(state) do
-    if k ~= "messages" and k ~= "summary" and k ~= "node_runs" then o[k] = v end
+    if k ~= "messages" and k ~= "summary" then o[k] = v end
   end
   o.additional_intents = copy_list(state.additional_intents)
   o.nodes_run = copy_list(state.nodes_run)
@@ -261,10 +282,10 @@ function _M.main(argv, opts)
     llm and "LLM configured" or "offline: no LLM configured (offline classifier, extractive answer)"))
 
   local cfg = chat.config { thread_id = thread, llm = llm, trace = o.trace, clock = opts.clock,
-                            modes = { "values", "messages", "custom" } }
+                            stream_mode = { "values", "messages", "tasks" } }
   local input = chat.input(o.message, { location = o.location })
   local t_start = mg.now()
-  local pending = {}
+  local pending, started = {}, {}
   local state = {}
   local answer_open, answer_tail = false, ""
   local timings = json.array()
@@ -311,12 +332,19 @@ function _M.main(argv, opts)
         out:write(ev.data)
         answer_tail = ev.data:sub(-1)
         flush_out()
-      elseif mode == "custom" and type(ev.data) == "table" and ev.data.type == "node" then
+      elseif mode == "tasks" and (ev.ns == nil or ev.ns == "") then
         local d = ev.data
-        local s = d.step or 0
-        pending[s] = pending[s] or {}
-        local l = pending[s]
-        l[#l + 1] = d
+        if d.event == "start" then
+          started[d.id] = { t0 = d.time or mg.now(), input = d.input }
+        else
+          local s = ev.step + 1
+          pending[s] = pending[s] or {}
+          for _, e in ipairs(task_entries(d, started[d.id])) do
+            local l = pending[s]
+            l[#l + 1] = e
+          end
+          started[d.id] = nil
+        end
       elseif mode == "values" then
         state = ev.data
         flush_steps(ev.step)

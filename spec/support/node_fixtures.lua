@@ -16,16 +16,15 @@ function _M.load(name)
 end
 
 -- Every service explicitly without URL and key, so specs do not depend on
--- the caller's environment.
+-- the caller's environment. extra: more config (llm, clock, services).
 function _M.offline_ctx(extra)
   local cfg = {}
   for _, s in ipairs({ "kakao", "kma", "tavily", "image", "character", "bulk_waste",
                        "recyclable_price", "collection_point" }) do
     cfg[s] = { base_url = "", api_key = "" }
   end
-  local ctx = { config = cfg }
-  for k, v in pairs(extra or {}) do ctx[k] = v end
-  return ctx
+  for k, v in pairs(extra or {}) do cfg[k] = v end
+  return { config = cfg }
 end
 
 return _M
