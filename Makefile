@@ -70,6 +70,7 @@ $(BUILD):
 test:
 	@tools/install-deps
 	@$(MAKE) --no-print-directory all $(TEST_DEPS)
+	@lua5.4 tools/check-deps
 	@tools/run-specs
 
 asan:
