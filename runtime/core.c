@@ -2,7 +2,7 @@
 ** core.c — the `moongraph.core` Lua module.
 **
 ** Gathers the runtime's sub-modules into one table: core.loop, core.sse,
-** core.http, core.redis, core.pg, core.store, core.signal. Sub-modules are referenced
+** core.http, core.redis, core.pg, core.store, core.signal, core.process. Sub-modules are referenced
 ** weakly, so a build that leaves one out still links; the Lua side reports
 ** a missing one clearly when it is required.
 */
@@ -14,6 +14,7 @@
 #pragma weak mg_open_pg
 #pragma weak mg_open_store
 #pragma weak mg_open_signal
+#pragma weak mg_open_process
 
 void mg_register_class(lua_State *L, const char *name, const luaL_Reg *methods,
                        lua_CFunction gc, lua_CFunction close,
@@ -43,6 +44,7 @@ int luaopen_moongraph_core(lua_State *L) {
     {"pg", mg_open_pg},
     {"store", mg_open_store},
     {"signal", mg_open_signal},
+    {"process", mg_open_process},
   };
   lua_newtable(L);
   for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {

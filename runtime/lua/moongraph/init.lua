@@ -23,6 +23,7 @@ local lazy = {
   reducers = { "moongraph.reducers" },
   checkpoint = { "moongraph.checkpoint" },
   routed_agent = { "moongraph.routed", "routed_agent" },
+  process = { "moongraph.process" },
 }
 
 return setmetatable(_M, {
