@@ -103,6 +103,7 @@ struct proc {
   int terminating;       /* SIGTERM sent, SIGKILL armed */
   int killed_hard;
   int ud_alive;          /* the Lua userdata still points here */
+  int is_self;           /* our own stdin/stdout (core.process.stdio) */
   int open_handles;      /* handles whose close callback has not run */
   uint64_t limit_ms;     /* time limit, 0 = none */
   uint64_t grace_ms;
@@ -386,6 +387,12 @@ static proc *check_proc(lua_State *L) {
   return u->p;
 }
 
+static proc *check_child(lua_State *L) {
+  proc *p = check_proc(L);
+  if (p->is_self) luaL_error(L, "this is the runtime's own stdio, not a child process");
+  return p;
+}
+
 static pipe_end *check_pipe(lua_State *L, proc *p, int i) {
   lua_Integer fd = luaL_checkinteger(L, i);
   luaL_argcheck(L, fd == 1 || fd == 2, i, "1 (stdout) or 2 (stderr) expected");
@@ -556,7 +563,7 @@ static int wait_k(lua_State *L, int status, lua_KContext ctx) {
 }
 
 static int l_wait(lua_State *L) {
-  proc *p = check_proc(L);
+  proc *p = check_child(L);
   lua_settop(L, 1);
   if (p->exited) { push_exit(L, p); return 2; }
   mg_check_yieldable(L, "process:wait");
@@ -572,7 +579,7 @@ static int l_wait(lua_State *L) {
 /* ------------------------------------------------------------ control */
 
 static int l_kill(lua_State *L) {
-  proc *p = check_proc(L);
+  proc *p = check_child(L);
   int sig = check_signal(L, 2);
   if (p->exited) { luaL_pushfail(L); lua_pushliteral(L, "the process has exited"); return 2; }
   int rc = uv_process_kill(&p->h, sig);
@@ -589,7 +596,7 @@ static uint64_t check_ms(lua_State *L, int i, const char *what) {
 }
 
 static int l_terminate(lua_State *L) {
-  proc *p = check_proc(L);
+  proc *p = check_child(L);
   if (!lua_isnoneornil(L, 2)) p->grace_ms = check_ms(L, 2, "grace");
   if (p->exited) { luaL_pushfail(L); lua_pushliteral(L, "the process has exited"); return 2; }
   start_terminate(p);
@@ -598,7 +605,7 @@ static int l_terminate(lua_State *L) {
 }
 
 static int l_pid(lua_State *L) {
-  lua_pushinteger(L, check_proc(L)->pid);
+  lua_pushinteger(L, check_child(L)->pid);
   return 1;
 }
 
@@ -862,6 +869,57 @@ oom:
   return luaL_error(L, "out of memory");
 }
 
+/* core.process.stdio() -> the runtime's own stdin (read as fd 1) and
+** stdout (write), for programs that speak a protocol over them (an MCP
+** server). Both must be pipes, sockets or terminals. Made once; later calls
+** return the same object. */
+static int stdio_ref = LUA_NOREF;
+
+static int open_own(lua_State *L, pipe_end *pe, proc *p, int fd) {
+  uv_handle_type t = uv_guess_handle(fd);
+  if (t != UV_NAMED_PIPE && t != UV_TTY && t != UV_TCP)
+    return luaL_error(L, "process.stdio: fd %d is not a pipe, socket or terminal", fd);
+  pe->owner = p;
+  uv_pipe_init(mg_loop(), &pe->pipe, 0);
+  pe->pipe.data = pe;
+  pe->used = 1;
+  p->open_handles++;
+  int rc = uv_pipe_open(&pe->pipe, fd);
+  if (rc < 0) {
+    pipe_close(pe);
+    return luaL_error(L, "process.stdio: cannot use fd %d: %s", fd, uv_strerror(rc));
+  }
+  return 0;
+}
+
+static int l_stdio(lua_State *L) {
+  if (stdio_ref != LUA_NOREF) {
+    lua_rawgeti(L, LUA_REGISTRYINDEX, stdio_ref);
+    proc_ud *u = (proc_ud *)lua_touserdata(L, -1);
+    if (u && u->p) return 1;
+    lua_pop(L, 1);
+    luaL_unref(L, LUA_REGISTRYINDEX, stdio_ref);
+    stdio_ref = LUA_NOREF;
+  }
+  proc_ud *u = (proc_ud *)lua_newuserdatauv(L, sizeof *u, 0);
+  u->p = NULL;
+  luaL_setmetatable(L, PROC_MT);
+  proc *p = (proc *)calloc(1, sizeof *p);
+  if (!p) return luaL_error(L, "out of memory");
+  p->is_self = 1;
+  p->exited = 1;             /* nothing to reap */
+  p->max_line = DEFAULT_MAX_LINE;
+  u->p = p;
+  p->ud_alive = 1;
+  ignore_sigpipe();
+  open_own(L, &p->io[1], p, 0);
+  open_own(L, &p->io[0], p, 1);
+  p->io[2].owner = p;
+  lua_pushvalue(L, -1);
+  stdio_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  return 1;
+}
+
 static int l_environ(lua_State *L) {
   lua_newtable(L);
   for (char **e = environ; e && *e; e++) {
@@ -899,6 +957,7 @@ static const luaL_Reg proc_methods[] = {
 static const luaL_Reg process_funcs[] = {
   {"spawn", l_spawn},
   {"environ", l_environ},
+  {"stdio", l_stdio},
   {"live", l_live},
   {NULL, NULL}
 };
