@@ -40,7 +40,9 @@ Pipeline.__index = Pipeline
 
 --[[ new(opts) -> pipeline
 opts (all optional): settings (default config.from_env()), llm (default
-config.llm(settings); false: none), tools (default: over PostgreSQL at
+config.llm(settings); false: none), tools (default: the data tools over
+MCP, served by `moongraph mcp serve scripts/marketing/tools.lua`, or in
+process when settings.tools is "local"; either way over PostgreSQL at
 settings.pg_url when set, else the sample data of settings.data_dir), checkpointer (default the file saver in
 settings.checkpoint_dir), drafter (see scripts/marketing/graph.lua). ]]
 function _M.new(opts)
@@ -51,8 +53,12 @@ function _M.new(opts)
   if llm == false then llm = nil end
   local tools = opts.tools
   if not tools then
-    local backend = settings.pg_url and tools_mod.pg_backend(settings.pg_url) or tools_mod.local_backend(settings.data_dir)
-    tools = tools_mod.new(backend)
+    if settings.tools == "local" then
+      local backend = settings.pg_url and tools_mod.pg_backend(settings.pg_url) or tools_mod.local_backend(settings.data_dir)
+      tools = tools_mod.new(backend)
+    else
+      tools = require("scripts.marketing.mcp_tools").new { data_dir = settings.data_dir, pg_url = settings.pg_url }
+    end
   end
   local cp = opts.checkpointer or mg.checkpoint.file(settings.checkpoint_dir)
   local app = graph.build { settings = settings, llm = llm, tools = tools, drafter = opts.drafter, checkpointer = cp }
@@ -133,6 +139,11 @@ function Pipeline:run_one_turn(user_query, store_name, thread_id)
   if store_name == "" then store_name = nil end
   if mg.current() then return turn(self, user_query, store_name, thread_id) end
   return mg.run(turn, self, user_query, store_name, thread_id)
+end
+
+-- Stop what the pipeline started (the MCP data server).
+function Pipeline:close()
+  if self.tools and self.tools.close then self.tools.close() end
 end
 
 -- the conversation messages of a thread

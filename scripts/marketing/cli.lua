@@ -38,6 +38,7 @@ function _M.main(argv, opts)
     return 1
   end
   local r = pipeline:run_one_turn(o.query, o.store, o.thread)
+  pipeline:close()
   if o.json then
     out:write(json.encode {
       status = r.status, final_response = r.final_response or json.null, actions = r.actions,

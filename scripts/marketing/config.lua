@@ -12,6 +12,9 @@
 --   MARKETING_PG_URL         read the data from PostgreSQL instead (tables of
 --                            scripts/marketing/tools.lua PG_SCHEMA)
 --   MARKETING_CHECKPOINT_DIR conversation threads of the CLI (default .moongraph/marketing)
+--   MARKETING_TOOLS          mcp (default): call the data tools over MCP, served by
+--                            `moongraph mcp serve scripts/marketing/tools.lua`;
+--                            local: call them in-process
 
 local _M = {}
 
@@ -44,10 +47,24 @@ local function num(name, default, min, max)
   return n
 end
 
+local function choice(name, allowed, default)
+  local v = os.getenv(name)
+  if v == nil or v == "" then return default end
+  for _, a in ipairs(allowed) do if v == a then return v end end
+  error(name .. " must be " .. table.concat(allowed, " or ") .. " (got '" .. v .. "')", 0)
+end
+
 local function str(name)
   local v = os.getenv(name)
   if v == nil or v == "" then return nil end
   return v
+end
+
+local function choice(name, allowed, default)
+  local v = os.getenv(name)
+  if v == nil or v == "" then return default end
+  for _, a in ipairs(allowed) do if v == a then return v end end
+  error(name .. " must be " .. table.concat(allowed, " or ") .. " (got '" .. v .. "')", 0)
 end
 
 _M.GEMINI_BASE_URL = "https://generativelanguage.googleapis.com/v1beta/openai"
@@ -65,6 +82,7 @@ function _M.from_env()
     data_dir = str("MARKETING_DATA_DIR"),
     pg_url = str("MARKETING_PG_URL"),
     checkpoint_dir = str("MARKETING_CHECKPOINT_DIR") or ".moongraph/marketing",
+    tools = choice("MARKETING_TOOLS", { "mcp", "local" }, "mcp"),
   }
 end
 

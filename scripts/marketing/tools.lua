@@ -13,6 +13,12 @@
 -- PostgreSQL tables (load_sample_into_pg fills them). A backend is a table
 -- of lookups returning plain values, false for "not found", nil, err on
 -- failure.
+--
+-- This file is also an MCP server: `moongraph mcp serve
+-- scripts/marketing/tools.lua` serves the five tools (see _M.mcp below) over
+-- a backend chosen from the environment as the pipeline chooses it
+-- (MARKETING_PG_URL, else MARKETING_DATA_DIR or data/marketing/). The
+-- pipeline calls them that way by default (scripts/marketing/mcp_tools.lua).
 
 local json = require "cjson.safe"
 local paths = require "moongraph.paths"
@@ -242,6 +248,59 @@ function _M.new(backend)
   end
 
   return T
+end
+
+---------------------------------------------------------------------------
+-- MCP
+
+local function string_arg(name, description)
+  return { type = "object", required = { name }, additionalProperties = false,
+    properties = { [name] = { type = "string", minLength = 1, description = description } } }
+end
+
+-- The tools as `moongraph mcp serve` declares them: name, description, the
+-- JSON schema of the input, and a handler over tools.new(backend).
+_M.MCP_TOOLS = {
+  { name = "search_merchant", arg = "merchant_name",
+    description = "Find merchants whose name or brand contains the given name (spaces and punctuation ignored). " ..
+      "Returns {found, merchants = [{store_id, name, brand, category, district, address}]}.",
+    arg_description = "store name or part of it, e.g. 본죽" },
+  { name = "load_store_data", arg = "store_id",
+    description = "Card-sales figures of one store (revisit and new-customer shares, delivery share, " ..
+      "age and gender mix, peak hours, monthly sales). Returns {success, data} or {success = false, error}.",
+    arg_description = "store_id from search_merchant" },
+  { name = "resolve_region", arg = "district",
+    description = "The administrative-dong code of a district. Returns {success, admin_dong_code} or " ..
+      "{success = false, error}.",
+    arg_description = "district as search_merchant reports it, e.g. 서울특별시 강남구 역삼1동" },
+  { name = "load_area_data", arg = "admin_dong_code",
+    description = "Commercial-area figures of an administrative dong (footfall, busiest time, competition). " ..
+      "Returns {success, data} or {success = false, error}.",
+    arg_description = "code from resolve_region" },
+  { name = "load_region_data", arg = "admin_dong_code",
+    description = "Regional figures of an administrative dong (residents, spending). " ..
+      "Returns {success, data} or {success = false, error}.",
+    arg_description = "code from resolve_region" },
+}
+
+--[[ mcp() -> the MCP server declaration (moongraph.mcp.server), its
+backend from the environment: MARKETING_PG_URL, else MARKETING_DATA_DIR or
+data/marketing/. ]]
+function _M.mcp()
+  local pg_url, dir = os.getenv("MARKETING_PG_URL"), os.getenv("MARKETING_DATA_DIR")
+  if pg_url == "" then pg_url = nil end
+  if dir == "" then dir = nil end
+  local T = _M.new(pg_url and _M.pg_backend(pg_url) or _M.local_backend(dir))
+  local tools = {}
+  for i, d in ipairs(_M.MCP_TOOLS) do
+    local fn, arg = T[d.name], d.arg
+    tools[i] = { name = d.name, description = d.description, inputSchema = string_arg(arg, d.arg_description),
+      annotations = { readOnlyHint = true, openWorldHint = false },
+      handler = function(args) return fn(args[arg]) end }
+  end
+  return { name = "moongraph-marketing-data", version = "1.0", tools = tools,
+    instructions = "Store-marketing data: find a store with search_merchant, then load its card data, " ..
+      "resolve its district and load the area and region figures." }
 end
 
 return _M

@@ -33,6 +33,7 @@ local _M = {}
 local RUNTIME = {
   worker = "run jobs from a Redis stream (results in Postgres)",
   submit = "enqueue a job for the workers; --follow prints its events as they arrive",
+  mcp = "serve the tools a Lua file declares over MCP (mcp serve FILE.lua)",
 }
 
 local function by_name(a, b) return a.name < b.name end

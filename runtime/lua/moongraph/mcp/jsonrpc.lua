@@ -15,13 +15,15 @@
 --
 -- lua-cjson reads every number as a float; decode() turns integral ones
 -- back into integers (ids, counts and arguments compare and print as
--- users expect). JSON null is cjson.null. For encode(), an empty table is
--- an object ({}); mark an empty list with jsonrpc.array() to get [].
+-- users expect). JSON null is cjson.null. Messages are encoded with
+-- lua-cjson (the wire needs speed, not moongraph.json's exact floats and
+-- sorted keys); an empty table is an object ({}), an empty list marked with
+-- json.array() (also jsonrpc.array) is [].
 
 local cjson = require "cjson.safe"
+local json = require "moongraph.json"
 
-local type, pairs, next, tostring, setmetatable, getmetatable =
-      type, pairs, next, tostring, setmetatable, getmetatable
+local type, pairs, next, tostring = type, pairs, next, tostring
 local math_type, math_tointeger = math.type, math.tointeger
 local string_format, string_sub, string_gsub, string_find =
       string.format, string.sub, string.gsub, string.find
@@ -147,13 +149,10 @@ end
 
 ---------------------------------------------------------------- encoding
 
-local ARRAY_MT = { __name = "jsonrpc.array" }
-_M.ARRAY_MT = ARRAY_MT
-
--- jsonrpc.array([t]) -> t, encoded as a JSON array even when empty
-function _M.array(t)
-  return setmetatable(t or {}, ARRAY_MT)
-end
+-- jsonrpc.array([t]) -> t, encoded as a JSON array even when empty (the
+-- runtime's one array mark, moongraph.json's)
+_M.array = json.array
+local is_marked_array = json.is_array
 
 local EMPTY = "@@moongraph-empty-array-2f1c@@"
 local EMPTY_JSON = '"' .. EMPTY .. '"'
@@ -162,7 +161,7 @@ local EMPTY_JSON = '"' .. EMPTY .. '"'
 local function prep(v, depth, seen)
   if type(v) ~= "table" then return v, false end
   if next(v) == nil then
-    if getmetatable(v) == ARRAY_MT then return EMPTY, true end
+    if is_marked_array(v) then return EMPTY, true end
     return v, false
   end
   if depth > 200 or seen[v] then return v, false end

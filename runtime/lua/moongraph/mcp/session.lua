@@ -136,6 +136,12 @@ function Session:request(method, params, opts)
   local guard <close> = setmetatable({ session = self, id = id, entry = entry }, Guard)
   local timeout = opts.timeout
   if timeout == nil then timeout = self.timeout end
+  -- the caller's deadline (mg.timeout, a node's limit) bounds the wait
+  local at_deadline = ""
+  local budget = loop.budget()
+  if budget and (not timeout or budget < timeout) then
+    timeout, at_deadline = budget, ", at the caller's deadline"
+  end
   local due = timeout and now() + timeout or nil
   if self.transport.wake then self.transport:wake() end
   entry.sent = true
@@ -161,7 +167,7 @@ function Session:request(method, params, opts)
   local res = entry.response
   if not res then
     cancel_later(self, id, "timed out")
-    return nil, string_format("%s: %s timed out after %g s", self.name, method, timeout)
+    return nil, string_format("%s: %s timed out after %g s%s", self.name, method, timeout, at_deadline)
   end
   if res.error ~= nil then
     return nil, string_format("%s: %s failed: %s", self.name, method, jsonrpc.describe_error(res.error)),

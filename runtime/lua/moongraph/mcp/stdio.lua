@@ -145,8 +145,15 @@ end
 -- A request is about to wait: make sure someone reads the answers.
 function Client:wake()
   if self.closing then return end
-  if not self.reader then self.reader = loop.spawn(read_stdout, self) end
-  if self.capture and not self.err_reader then self.err_reader = loop.spawn(read_stderr, self) end
+  -- (a reader left from an earlier mg.run was cancelled with it)
+  if not self.reader or self.reader:done() then
+    self.in_read = false
+    self.reader = loop.spawn(read_stdout, self)
+  end
+  if self.capture and (not self.err_reader or self.err_reader:done()) then
+    self.in_err_read = false
+    self.err_reader = loop.spawn(read_stderr, self)
+  end
 end
 
 -- Nothing waits any more: stop reading (the bytes stay buffered).

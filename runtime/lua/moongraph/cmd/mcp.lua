@@ -1,0 +1,75 @@
+-- moongraph mcp serve FILE.lua [--http PORT]
+-- Serves the tools (and resources and prompts) that FILE.lua declares as an
+-- MCP server over stdio: MCP clients start this command and talk JSON-RPC
+-- on its stdin/stdout. FILE returns {name, version, tools = { {name,
+-- description, inputSchema, handler}, ... }} or a module whose `mcp` field
+-- is that declaration (or a function making it); see docs/mcp.md.
+-- Diagnostics go to stderr; print() in a tool writes to stderr too, since
+-- stdout carries the protocol.
+
+local USAGE = "usage: moongraph mcp serve FILE.lua [--http PORT]"
+
+local function parse(args)
+  if args[1] ~= "serve" then
+    return nil, args[1] and ("unknown subcommand '" .. args[1] .. "'") or "missing subcommand"
+  end
+  local o = {}
+  local i = 2
+  while i <= #args do
+    local a = args[i]
+    if a == "--http" then
+      local port = tonumber(args[i + 1])
+      if not port or port ~= math.floor(port) or port < 0 or port > 65535 then
+        return nil, "--http needs a port number"
+      end
+      o.http = math.tointeger(port)
+      i = i + 2
+    elseif a == "-h" or a == "--help" then
+      o.help = true
+      i = i + 1
+    elseif a:sub(1, 1) == "-" then
+      return nil, "unknown option " .. a
+    elseif o.file then
+      return nil, "one FILE only"
+    else
+      o.file = a
+      i = i + 1
+    end
+  end
+  if not o.file and not o.help then return nil, "missing FILE" end
+  return o
+end
+
+local function main(args)
+  local o, perr = parse(args)
+  if not o then
+    io.stderr:write("moongraph mcp: ", perr, "\n", USAGE, "\n")
+    return 2
+  end
+  if o.help then io.stdout:write(USAGE, "\n") return 0 end
+  if o.http then
+    io.stderr:write("moongraph mcp: --http is not available: this build has no HTTP server primitive ",
+      "(moongraph.server) to serve Streamable HTTP on; use stdio (no --http)\n")
+    return 2
+  end
+  -- stdout carries the protocol: nothing else may write there
+  _G.print = function(...)
+    local n = select("#", ...)
+    local parts = { ... }
+    for i = 1, n do parts[i] = tostring(parts[i]) end
+    io.stderr:write(table.concat(parts, "\t", 1, n), "\n")
+  end
+  local server = require "moongraph.mcp.server"
+  local s, err = server.load(o.file)
+  if not s then
+    io.stderr:write("moongraph mcp: ", tostring(err), "\n")
+    return 1
+  end
+  io.stderr:write(string.format("moongraph mcp: serving %d tool(s) of %s over stdio\n", #s.tool_list, o.file))
+  s:serve_stdio {
+    on_error = function(msg) io.stderr:write("moongraph mcp: ", msg, "\n") end,
+  }
+  return 0
+end
+
+return { main = main, USAGE = USAGE }
