@@ -24,6 +24,7 @@ local lazy = {
   checkpoint = { "moongraph.checkpoint" },
   routed_agent = { "moongraph.routed", "routed_agent" },
   process = { "moongraph.process" },
+  prebuilt = { "moongraph.prebuilt" },
 }
 
 return setmetatable(_M, {

@@ -348,7 +348,8 @@ function Client:_attempt(body, params, on_token)
         end
         if type(delta.tool_calls) == "table" then
           for _, tc in ipairs(delta.tool_calls) do
-            local i = (math_type(tc.index) == "integer" and tc.index or 0) + 1
+            -- lua-cjson reads every number as a float: index 1 is 1.0
+            local i = (type(tc.index) == "number" and math.tointeger(tc.index) or 0) + 1
             local slot = acc.tools[i] or { ["function"] = { arguments = {} } }
             acc.tools[i] = slot
             if nonnull(tc.id) then slot.id = tc.id end

@@ -290,8 +290,22 @@ local function list_all(self, method, key, opts)
   return out
 end
 
--- c:list_tools([opts]) -> { {name, title, description, inputSchema, outputSchema, annotations}, ... }
-function Client:list_tools(opts) return list_all(self, "tools/list", "tools", opts) end
+--[[ c:list_tools([opts]) -> { {name, title, description, inputSchema, outputSchema, annotations}, ... }
+Each tool also has tool:call(args, [opts]) (c:call_tool(tool.name, ...)),
+so the list can be handed to mg.prebuilt.react_agent as it is. ]]
+function Client:list_tools(opts)
+  local tools, err, eobj = list_all(self, "tools/list", "tools", opts)
+  if not tools then return nil, err, eobj end
+  local client = self
+  local mt = { __index = {
+    is_mcp_tool = true, client = client,
+    call = function(tool, args, copts) return client:call_tool(tool.name, args, copts) end,
+  } }
+  for _, t in ipairs(tools) do
+    if type(t) == "table" then setmetatable(t, mt) end
+  end
+  return tools
+end
 -- c:list_resources([opts]) -> { {uri, name, mimeType, ...}, ... }
 function Client:list_resources(opts) return list_all(self, "resources/list", "resources", opts) end
 function Client:list_resource_templates(opts)
