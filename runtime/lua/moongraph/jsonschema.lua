@@ -93,6 +93,7 @@ _M.equal = equal
 local validate
 
 local function resolve(root, ref)
+  if ref == "#" then return root end
   if type(ref) ~= "string" or ref:sub(1, 2) ~= "#/" then return nil end
   local node = root
   for part in ref:sub(3):gmatch("[^/]+") do

@@ -155,7 +155,7 @@ _M.array = json.array
 local is_marked_array = json.is_array
 
 local EMPTY = "@@moongraph-empty-array-2f1c@@"
-local EMPTY_JSON = '"' .. EMPTY .. '"'
+local EMPTY_JSON = ('"' .. EMPTY .. '"'):gsub("%p", "%%%0")   -- as a pattern
 
 -- Replace empty marked lists by the sentinel, copying only what changes.
 local function prep(v, depth, seen)
