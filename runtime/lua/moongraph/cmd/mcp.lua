@@ -7,36 +7,25 @@
 -- Diagnostics go to stderr; print() in a tool writes to stderr too, since
 -- stdout carries the protocol.
 
+local cliargs = require "moongraph.args"
+
 local USAGE = "usage: moongraph mcp serve FILE.lua [--http PORT]"
+local SPEC = {
+  name = "mcp serve", usage = USAGE,
+  options = { http = "integer" },
+  positional = { name = "file", label = "FILE", required = true },
+}
 
 local function parse(args)
+  if args[1] == "-h" or args[1] == "--help" then return { help = true } end
   if args[1] ~= "serve" then
-    return nil, args[1] and ("unknown subcommand '" .. args[1] .. "'") or "missing subcommand"
+    return nil, args[1] and ("unknown subcommand '" .. args[1] .. "' (serve)") or "missing subcommand (serve)"
   end
-  local o = {}
-  local i = 2
-  while i <= #args do
-    local a = args[i]
-    if a == "--http" then
-      local port = tonumber(args[i + 1])
-      if not port or port ~= math.floor(port) or port < 0 or port > 65535 then
-        return nil, "--http needs a port number"
-      end
-      o.http = math.tointeger(port)
-      i = i + 2
-    elseif a == "-h" or a == "--help" then
-      o.help = true
-      i = i + 1
-    elseif a:sub(1, 1) == "-" then
-      return nil, "unknown option " .. a
-    elseif o.file then
-      return nil, "one FILE only"
-    else
-      o.file = a
-      i = i + 1
-    end
-  end
-  if not o.file and not o.help then return nil, "missing FILE" end
+  local rest = {}
+  for i = 2, #args do rest[#rest + 1] = args[i] end
+  local o, err = cliargs.parse(SPEC, rest)
+  if not o then return nil, err end
+  if o.http and (o.http < 0 or o.http > 65535) then return nil, "--http: port 0..65535 expected" end
   return o
 end
 
