@@ -23,7 +23,7 @@ describe("mcp client and server", function()
         assert(c:list_resources())[1].uri, assert(c:read_resource("mem://greeting")).contents[1].text,
         assert(c:get_prompt("ask", { topic = "MCP" })).messages[1].content.text, c:ping() }
     end)
-    assert.same({ "spec-tools", { "echo", "slow", "cancelled", "crash", "garbage" }, "hi", "mem://greeting",
+    assert.same({ "spec-tools", { "echo", "slow", "cancelled", "crash", "announce", "garbage" }, "hi", "mem://greeting",
       "hello", "Tell me about MCP", true }, r)
   end)
 
@@ -143,6 +143,19 @@ describe("mcp client and server", function()
     local c, err = mg.run(function() return mcp.connect { command = { "no-such-mcp-server" } } end)
     assert.is_nil(c)
     assert.matches("cannot run 'no%-such%-mcp%-server'", err)
+  end)
+
+  it("passes list_changed notifications to on_list_changed", function()
+    local kinds, methods = {}, {}
+    mg.run(function()
+      local c <close> = assert(connect {
+        on_list_changed = function(kind) kinds[#kinds + 1] = kind end,
+        on_notification = function(method) methods[#methods + 1] = method end,
+      })
+      assert(c:call_tool("announce", {}))
+    end)
+    assert.same({ "tools" }, kinds)
+    assert.same({ "notifications/tools/list_changed" }, methods)
   end)
 
   it("skips a line that is not JSON-RPC, reports it, and goes on", function()

@@ -34,6 +34,11 @@ return {
       handler = function() return { count = cancelled } end },
     { name = "crash", description = "exit the server",
       handler = function() io.stderr:write("about to crash: disk full\n") io.stderr:flush() os.exit(3) end },
+    { name = "announce", description = "tell the client the tool list changed",
+      handler = function(_, ctx)
+        ctx.session:notify("notifications/tools/list_changed")
+        return "announced"
+      end },
     { name = "garbage", description = "write a line that is not JSON-RPC to stdout",
       handler = function()
         require("moongraph.core").process.stdio():write("this is not json\n")
