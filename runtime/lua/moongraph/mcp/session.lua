@@ -157,7 +157,7 @@ function Session:request(method, params, opts)
       left = due - now()
       if left <= 0 then break end
     end
-    loop.park(left)
+    loop.suspend(left)
   end
   entry.finished = true
   forget(self, id)
@@ -177,7 +177,7 @@ function Session:request(method, params, opts)
 end
 
 local function wake(entry)
-  if entry.task then loop.unpark(entry.task) end
+  if entry.task then loop.wake(entry.task) end
 end
 
 -- Handle an incoming request in its own task.
