@@ -14,6 +14,7 @@
 --   general   the primary request failed after its own fallback policy:
 --             the chain goes on with the general node (which, without an
 --             LLM, fails over to clarify by its own policy)
+local text = require "moongraph.text"
 local turn = require "nodes.lib.turn"
 
 local ipairs, pairs, type, tostring = ipairs, pairs, type, tostring
@@ -32,12 +33,10 @@ local function list_of(v)
   return {}
 end
 
--- First line of an error without a leading "node 'x' failed: " or traceback.
+-- The first line of an error, for the report and the answer's notices.
 local function clean_error(e)
-  local s = tostring(e or "")
-  s = s:gsub("\nstack traceback:.*$", "")
-  s = s:match("^[^\n]*") or s
-  return s
+  local s = text.error_message(e or "")
+  return s:match("^[^\n]*") or s
 end
 _M.clean_error = clean_error
 

@@ -442,7 +442,7 @@ describe("routed agents: misuse", function()
   end)
 
   it("is reachable as mg.routed_agent", function()
-    assert.equal(require("moongraph.routed").routed_agent, mg.routed_agent)
+    assert.equal(require("moongraph.routed_agent").routed_agent, mg.routed_agent)
   end)
 
   local _ = END

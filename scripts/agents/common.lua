@@ -37,7 +37,7 @@ end
 
 -- The question of a state: the last user message, else state.question.
 function _M.question(state)
-  return require("moongraph.routed").user_message(state) or state.question or ""
+  return require("moongraph.routed_agent").user_message(state) or state.question or ""
 end
 
 --[[ graph(node) -> compiled graph START -> agent -> END over the state

@@ -365,7 +365,7 @@ function _M.main(argv, opts)
   end
 
   if not ok then
-    local e = tostring(err):gsub("\nstack traceback:.*$", "")
+    local e = text.error_message(err)
     if e:find("^trace: ") then
       -- the turn finished and was saved; only its trace file failed
       errw:write("moongraph chat: ", e, "\n")

@@ -22,7 +22,7 @@ local lazy = {
   Command = { "moongraph.graph", "Command" },
   reducers = { "moongraph.reducers" },
   checkpoint = { "moongraph.checkpoint" },
-  routed_agent = { "moongraph.routed", "routed_agent" },
+  routed_agent = { "moongraph.routed_agent", "routed_agent" },
   process = { "moongraph.process" },
   prebuilt = { "moongraph.prebuilt" },
 }

@@ -19,10 +19,10 @@
 -- Authorization header: it never appears in errors or log lines.
 --
 -- llm.routed{ models = {...}, router = fn } fails over between clients
--- before the first streamed token (see moongraph.routing).
+-- before the first streamed token (see moongraph.failover).
 
 local http = require "moongraph.http"
-local routing = require "moongraph.routing"
+local failover = require "moongraph.failover"
 local cjson = require "cjson.safe"
 local core = require "moongraph.core"
 local jsonschema = require "moongraph.jsonschema"
@@ -584,7 +584,7 @@ function _M.routed(opts)
   if opts.router ~= nil and type(opts.router) ~= "function" then
     error("bad argument #1 to 'routed': router must be a function", 2)
   end
-  local map, order = routing.normalize(opts.models, "models")
+  local map, order = failover.normalize(opts.models, "models")
   if opts.order ~= nil then
     if type(opts.order) ~= "table" then
       error("bad argument #1 to 'routed': order must be a list of keys", 2)
@@ -608,7 +608,7 @@ function _M.routed(opts)
 end
 
 function Routed:_chat(params, on_emit)
-  local res, key = routing.route{
+  local res, key = failover.route{
     map = self.map, order = self.order, router = self.router, context = params,
     call = function(_, client, mark)
       return client:_chat(params, function()

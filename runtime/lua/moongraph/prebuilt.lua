@@ -107,10 +107,7 @@ local function content_of(v)
   return s or tostring(v)
 end
 
-local function short(err)
-  err = tostring(err)
-  return err:match("^(.-)\nstack traceback:") or err
-end
+local short = require("moongraph.text").error_message
 
 local function error_message(err)
   return "Error: " .. short(err) .. "\n Please fix your mistakes."

@@ -1,12 +1,15 @@
 --[[
-moongraph.text — UTF-8 checks for text that crosses a boundary (command
-lines, requests, JSON output).
+moongraph.text — text that crosses a boundary: UTF-8 checks for command
+lines, requests and JSON output, and error values made readable.
 
-  text.check_utf8(s) -> true | nil, byte position of the first bad sequence
-  text.to_utf8(s)    -> s with every invalid sequence replaced by U+FFFD
+  text.check_utf8(s)     -> true | nil, byte position of the first bad sequence
+  text.to_utf8(s)        -> s with every invalid sequence replaced by U+FFFD
+  text.error_message(e)  -> an error value as a message without the
+                            traceback a task or xpcall added to it
 ]]
 
-local utf8_len, string_sub = utf8.len, string.sub
+local type, tostring = type, tostring
+local utf8_len, string_sub, string_find = utf8.len, string.sub, string.find
 
 local _M = {}
 
@@ -30,6 +33,16 @@ function _M.to_utf8(s)
   end
   out[#out + 1] = string_sub(s, i)
   return table.concat(out)
+end
+
+function _M.error_message(e)
+  if type(e) ~= "string" then
+    if type(e) == "table" and e.message ~= nil then return tostring(e.message) end
+    return tostring(e)
+  end
+  local cut = string_find(e, "\nstack traceback:", 1, true)
+  if cut then return string_sub(e, 1, cut - 1) end
+  return e
 end
 
 return _M

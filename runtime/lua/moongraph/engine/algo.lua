@@ -18,10 +18,10 @@ makes one on demand.
 local type, pairs, ipairs, error, tostring, setmetatable =
   type, pairs, ipairs, error, tostring, setmetatable
 local table_sort = table.sort
-local string_find, string_sub = string.find, string.sub
 
 local control = require "moongraph.control"
 local reducers = require "moongraph.reducers"
+local text = require "moongraph.text"
 local branch = require "moongraph.engine.branch"
 
 local END, START = control.END, control.START
@@ -476,13 +476,6 @@ end
 
 local STATUS = { done = "ok", error = "error", interrupt = "interrupted" }
 
--- the first line of an error, without its traceback
-local function first_line(e)
-  if type(e) ~= "string" then return e end
-  local cut = string_find(e, "\nstack traceback:", 1, true)
-  return cut and string_sub(e, 1, cut - 1) or e
-end
-
 --[[ task_record(res) -> what the engine tells about a task (engine/task.lua
 result record), as a table of its own for user code:
   { id, node, send, step, ran, status = "ok" | "failed" | "error" | "interrupted",
@@ -499,7 +492,8 @@ function _M.task_record(res)
   end
   return { id = res.id, node = res.node, send = res.send, step = res.step, ran = res.ran or res.node,
     status = res.failed and "failed" or STATUS[res.status] or res.status,
-    attempts = res.attempts, duration = res.duration, error = first_line(res.error),
+    attempts = res.attempts, duration = res.duration,
+    error = res.error ~= nil and text.error_message(res.error) or nil,
     cached = res.cached, chain = chain }
 end
 

@@ -27,9 +27,9 @@ nothing into the plan entry `t` (plans of plain runs are shared).
 ]]
 
 local type, tostring, xpcall, pcall = type, tostring, xpcall, pcall
-local string_find, string_sub = string.find, string.sub
 
 local tasks = require "moongraph.tasks"
+local text = require "moongraph.text"
 local control = require "moongraph.control"
 local algo = require "moongraph.engine.algo"
 local branch = require "moongraph.engine.branch"
@@ -42,17 +42,7 @@ local now = tasks.now
 
 local _M = {}
 
--- First line of an error, without position noise from tracebacks.
-local function short_error(e)
-  if type(e) ~= "string" then
-    if type(e) == "table" and e.message then return tostring(e.message) end
-    return tostring(e)
-  end
-  local cut = string_find(e, "\nstack traceback:", 1, true)
-  if cut then return string_sub(e, 1, cut - 1) end
-  return e
-end
-_M.short_error = short_error
+local short_error = text.error_message
 
 -- One attempt of a node: a function, or a compiled graph run as a subgraph.
 local function call_node(spec, input, ctx)

@@ -174,10 +174,7 @@ local function to_result(v)
   return r
 end
 
-local function short(err)
-  err = tostring(err)
-  return err:match("^(.-)\nstack traceback:") or err
-end
+local short = require("moongraph.text").error_message
 
 function Server:call_tool(name, args, ctx)
   local entry = self.tools[name]

@@ -1,9 +1,9 @@
--- moongraph.routing: pick one candidate per call with a router function, and
+-- moongraph.failover: pick one candidate per call with a router function, and
 -- fail over to another when the chosen one fails before producing output.
 -- Routed LLMs (llm.routed) and routed agents share it.
 --
---   local routing = require "moongraph.routing"
---   local res, key = routing.route{
+--   local failover = require "moongraph.failover"
+--   local res, key = failover.route{
 --     candidates = { primary = a, fallback = b },   -- or a list (keys: item.name)
 --     router = function(candidates, context, error_ctx) return "primary" end,
 --     context = ctx,

@@ -1,5 +1,5 @@
 --[[
-moongraph.routed — routed agents (mg.routed_agent).
+moongraph.routed_agent — routed agents (mg.routed_agent).
 
   local node = mg.routed_agent{
     name = "support",
@@ -27,7 +27,7 @@ is raised at once. A router that names an agent that already failed, or
 returns nil, ends the routing with the last agent error. Interrupts
 (ctx.interrupt inside an agent) pass through untouched: they are not failures.
 
-The selection and failover loop is moongraph.routing's route(), the one
+The selection and failover loop is moongraph.failover's route(), the one
 llm.routed uses for model-level routing; this module adapts agents to it.
 ]]
 
@@ -39,7 +39,7 @@ local string_gsub = string.gsub
 local tasks = require "moongraph.tasks"
 local compiled_graph = require "moongraph.compiled_graph"
 local context = require "moongraph.engine.context"
-local routing = require "moongraph.routing"
+local failover = require "moongraph.failover"
 
 local _M = {}
 
@@ -261,7 +261,7 @@ function _M.routed_agent(opts)
       return true, e.target(input, agent_ctx(ctx, mark, { agent_key = key, routed_agent = name }))
     end
 
-    local results = table_pack(routing.route { map = view, order = order, context = rctx,
+    local results = table_pack(failover.route { map = view, order = order, context = rctx,
       router = router, call = call, ok_flag = true, pass_through = true,
       name = what, what = "agents" })
     if not results[1] then

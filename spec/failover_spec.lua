@@ -1,8 +1,8 @@
 local mg = require "moongraph"
-local routing = require "moongraph.routing"
+local failover = require "moongraph.failover"
 
-describe("moongraph.routing", function()
-  local function route(opts) return mg.run(routing.route, opts) end
+describe("moongraph.failover", function()
+  local function route(opts) return mg.run(failover.route, opts) end
 
   it("calls the router without error context first and returns the key used", function()
     local seen
@@ -158,7 +158,7 @@ describe("moongraph.routing", function()
   end)
 
   it("names an unknown key and lists the valid ones, without a file position", function()
-    local function try(opts) return mg.run(function() return pcall(routing.route, opts) end) end
+    local function try(opts) return mg.run(function() return pcall(failover.route, opts) end) end
     local ok, err = try { candidates = { b = 1, a = 2 }, router = function() return "c" end,
       call = function() return 1 end }
     assert.is_false(ok)
@@ -169,9 +169,9 @@ describe("moongraph.routing", function()
   end)
 
   it("raises for misuse", function()
-    assert.has_error(function() routing.normalize({}) end)
-    assert.has_error(function() routing.normalize({ { name = "a" }, { name = "a" } }) end)
-    assert.has_error(function() routing.normalize({ {} }) end)
+    assert.has_error(function() failover.normalize({}) end)
+    assert.has_error(function() failover.normalize({ { name = "a" }, { name = "a" } }) end)
+    assert.has_error(function() failover.normalize({ {} }) end)
     assert.has_error(function()
       route{ candidates = { { name = "x" } }, router = function() return "nope" end,
              call = function() return 1 end }
