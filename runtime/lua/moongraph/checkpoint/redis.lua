@@ -242,10 +242,10 @@ function saver:delete_thread(thread_id)
   end
   thread_id = tostring(thread_id)
   local tkey = thread_key(self, thread_id) .. ":ns"
-  local nss, err = self.client:call("SMEMBERS", tkey)
-  if not nss then return nil, err end
+  local namespaces, err = self.client:call("SMEMBERS", tkey)
+  if not namespaces then return nil, err end
   local keys = { tkey }
-  for _, ns in ipairs(nss) do
+  for _, ns in ipairs(namespaces) do
     local base = ns_key(self, thread_id, ns)
     local ids
     ids, err = self.client:call("ZRANGE", base .. ":ids", 0, -1)
