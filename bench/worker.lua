@@ -104,7 +104,7 @@ local function run_config(env, srv, nworkers)
     -- warm-up: one job per worker (first use loads data, opens connections)
     local c = assert(client.connect { redis = r })
     for i = 1, nworkers * 2 do
-      assert(c:submit { thread_id = "warm-" .. i, user_id = "w", message = QUESTIONS[1] })
+      assert(c:submit { thread_id = "warm-" .. i, user_id = "w", input = { message = QUESTIONS[1] } })
     end
     wenv.eventually("warm-up", 60, function()
       return db:query("SELECT count(*)::int AS n FROM job_results")[1].n >= nworkers * 2
@@ -120,7 +120,7 @@ local function run_config(env, srv, nworkers)
     local peak_inflight = {}
     for i = 1, n do
       assert(c:submit { thread_id = "conv-" .. i, user_id = "u" .. (i % 50),
-                        message = QUESTIONS[i % #QUESTIONS + 1] })
+                        input = { message = QUESTIONS[i % #QUESTIONS + 1] } })
     end
     local done = 0
     while done < n do

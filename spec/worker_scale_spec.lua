@@ -19,7 +19,7 @@ local function submit_all(c, n, message_of)
   local ids = {}
   for i = 1, n do
     ids[i] = assert(c:submit { thread_id = "conv-" .. i, user_id = "user-" .. (i % 17),
-                                message = message_of(i), job_id = string.format("job-%04d", i) })
+                                input = { message = message_of(i) }, job_id = string.format("job-%04d", i) })
   end
   return ids
 end
@@ -28,8 +28,16 @@ local function done_count(db)
   return assert(db:query("SELECT count(*)::int AS n FROM job_results"))[1].n
 end
 
+-- What each script records per answered job (in the transaction of its
+-- result): the Eco² pipeline a turn of two messages, steps_recorded.lua one row.
+local RECORDS = {
+  chat = { sql = "SELECT count(*)::int AS n, count(DISTINCT job_id)::int AS jobs FROM messages", per_job = 2 },
+  steps = { sql = "SELECT count(*)::int AS n, count(DISTINCT job_id)::int AS jobs FROM stepspec_turns", per_job = 1 },
+}
+local STEPS = "steps=spec/support/worker_scripts/steps_recorded.lua"
+
 -- Everything "exactly once" means, checked from the outside.
-local function check_exactly_once(r, db, ids)
+local function check_exactly_once(r, db, ids, script)
   local rows = assert(db:query("SELECT job_id, status, answer, error FROM job_results"))
   assert.equal(#ids, #rows)
   local by = {}
@@ -51,18 +59,22 @@ local function check_exactly_once(r, db, ids)
     assert.equal("done", entries[#entries][2][2])
     assert.equal(row.answer, answer)
   end
-  -- one turn per job in the conversation history
-  local msgs = assert(db:query([[
-SELECT count(*)::int AS n, count(DISTINCT job_id)::int AS jobs FROM messages]]))[1]
-  assert.equal(2 * #ids, msgs.n)
-  assert.equal(#ids, msgs.jobs)
+  -- what the script records: once per job
+  local rec = RECORDS[script]
+  local got = assert(db:query(rec.sql))[1]
+  assert.equal(rec.per_job * #ids, got.n)
+  assert.equal(#ids, got.jobs)
   assert.equal(0, r:call("XLEN", "moongraph:jobs"))
   assert.equal(0, r:call("XPENDING", "moongraph:jobs", "moongraph")[1])
   assert.equal(0, r:call("XLEN", "moongraph:jobs:dead"))
 end
 
 local function reset(r, db)
-  assert(db:exec("TRUNCATE job_results, messages, conversations, user_profiles"))
+  local tables = { "job_results" }
+  for _, t in ipairs { "messages", "conversations", "user_profiles", "stepspec_turns" } do
+    if assert(db:query("SELECT to_regclass($1)::text AS t", { t }))[1].t == t then tables[#tables + 1] = t end
+  end
+  assert(db:exec("TRUNCATE " .. table.concat(tables, ", ")))
   assert(r:call("FLUSHALL"))
 end
 
@@ -87,7 +99,7 @@ describe("many workers side by side", function()
       wenv.eventually("every job acknowledged", 20, function()
         return r:call("XPENDING", "moongraph:jobs", "moongraph")[1] == 0
       end)
-      check_exactly_once(r, db, ids)
+      check_exactly_once(r, db, ids, "chat")
     end)
     local ran = 0
     for _, w in ipairs(workers) do
@@ -101,7 +113,7 @@ describe("many workers side by side", function()
   end)
 
   it("200 jobs while a worker is killed with kill -9 every 1.2 s and restarted: none lost, none doubled", function()
-    local args = { "--script", "steps=spec/support/worker_scripts/steps.lua", "--concurrency", "6",
+    local args = { "--script", STEPS, "--concurrency", "6",
                    "--claim-idle", "1", "--claim-interval", "0.25", "--max-deliveries", "50" }
     local workers = {}
     for i = 1, 3 do workers[i] = env:worker(args) end
@@ -126,7 +138,7 @@ describe("many workers side by side", function()
       wenv.eventually("every job acknowledged", 30, function()
         return r:call("XPENDING", "moongraph:jobs", "moongraph")[1] == 0
       end)
-      check_exactly_once(r, db, ids)
+      check_exactly_once(r, db, ids, "steps")
     end)
     assert.is_true(kills >= 3, "too few kills happened: " .. kills)
     local reclaimed, resumed = 0, 0
@@ -141,7 +153,7 @@ describe("many workers side by side", function()
   it("Redis restarted during the run: the workers reconnect and finish every job once", function()
     local workers = {}
     for i = 1, 3 do
-      workers[i] = env:worker { "--script", "steps=spec/support/worker_scripts/steps.lua", "--concurrency", "8" }
+      workers[i] = env:worker { "--script", STEPS, "--concurrency", "8" }
     end
     mg.run(function()
       for _, w in ipairs(workers) do w:wait_started(30) end
@@ -156,7 +168,7 @@ describe("many workers side by side", function()
         local p = r:call("XPENDING", "moongraph:jobs", "moongraph")
         return type(p) == "table" and p[1] == 0
       end)
-      check_exactly_once(r, db, ids)
+      check_exactly_once(r, db, ids, "steps")
     end)
     local warned = 0
     for _, w in ipairs(workers) do

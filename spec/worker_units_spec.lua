@@ -1,4 +1,4 @@
--- The worker's pure parts: flags, job decoding, metrics, log lines.
+-- The worker's pure parts: flags, job decoding, hooks, metrics, log lines.
 local config = require "moongraph.worker.config"
 local job = require "moongraph.worker.job"
 local metrics = require "moongraph.worker.metrics"
@@ -13,15 +13,25 @@ describe("worker config", function()
     local cfg = assert(config.parse({ "--concurrency", "64", "--group", "g2" }, env {
       MOONGRAPH_REDIS_URL = "redis://r:1/0", MOONGRAPH_PG_URL = "postgresql://p/db",
       MOONGRAPH_WORKER_CONCURRENCY = "4", HOSTNAME = "pod-7",
+      MOONGRAPH_WORKER_SCRIPT = "app=scripts/app/main.lua, other.lua",
     }))
     assert.equal("redis://r:1/0", cfg.redis)
     assert.equal("postgresql://p/db", cfg.pg)
     assert.equal(64, cfg.concurrency)
     assert.equal("g2", cfg.group)
     assert.matches("^pod%-7%-%d+$", cfg.consumer)
-    assert.same({ { name = "chat", path = "scripts/eco/chat.lua" } }, cfg.scripts)
+    assert.same({ { name = "app", path = "scripts/app/main.lua" }, { name = "other", path = "other.lua" } },
+      cfg.scripts)
     assert.equal("moongraph:jobs", cfg.keys.jobs)
     assert.equal("moongraph:events:", cfg.keys.events)
+  end)
+
+  it("has no default script: without --script or MOONGRAPH_WORKER_SCRIPT it says what to give", function()
+    local cfg, err = config.parse({ "--pg", "x" }, env {})
+    assert.is_nil(cfg)
+    assert.equal("no script to run: give --script [NAME=]PATH (repeatable) or set MOONGRAPH_WORKER_SCRIPT", err)
+    -- --help still works without one
+    assert.is_true(assert(config.parse({ "--help" }, env {})).help)
   end)
 
   it("names scripts by file or NAME=PATH, and refuses two of one name", function()
@@ -32,16 +42,18 @@ describe("worker config", function()
   end)
 
   it("explains bad flags", function()
+    local S = "--script"
     local cases = {
-      { { "--pg", "x", "--concurrency", "0" }, "%-%-concurrency: must be at least 1" },
-      { { "--pg", "x", "--concurrency", "2.5" }, "whole number" },
-      { { "--pg", "x", "--grace" }, "%-%-grace needs a value" },
-      { { "--pg", "x", "--bogus" }, "unknown option '%-%-bogus'" },
+      { { S, "a.lua", "--pg", "x", "--concurrency", "0" }, "%-%-concurrency: must be at least 1" },
+      { { S, "a.lua", "--pg", "x", "--concurrency", "2.5" }, "whole number" },
+      { { S, "a.lua", "--pg", "x", "--grace" }, "%-%-grace needs a value" },
+      { { S, "a.lua", "--pg", "x", "--bogus" }, "unknown option '%-%-bogus'" },
+      { { S, "a.lua", "--pg", "x", "--memory-ttl", "5" }, "unknown option '%-%-memory%-ttl'" },
       { { "--pg", "x", "--script", "chat.txt" }, "a Lua file" },
-      { { "--pg", "x", "--log-level", "loud" }, "log%-level" },
-      { { "--pg", "x", "--checkpoint", "disk" }, "%-%-checkpoint must be" },
-      { { "--pg", "x", "--durability", "never" }, "%-%-durability must be" },
-      { {}, "no Postgres URL" },
+      { { S, "a.lua", "--pg", "x", "--log-level", "loud" }, "log%-level" },
+      { { S, "a.lua", "--pg", "x", "--checkpoint", "disk" }, "%-%-checkpoint must be" },
+      { { S, "a.lua", "--pg", "x", "--durability", "never" }, "%-%-durability must be" },
+      { { S, "a.lua" }, "no Postgres URL" },
     }
     for _, c in ipairs(cases) do
       local cfg, err = config.parse(c[1], env {})
@@ -49,48 +61,90 @@ describe("worker config", function()
       assert.matches(c[2], err)
     end
   end)
+
+  it("makes the keys of the scripts' hooks under the prefix", function()
+    local key = config.key_helper("app1")
+    assert.equal("app1:memory:t-1", key("memory", "t-1"))
+    assert.equal("app1:n:3", key("n", 3))
+  end)
 end)
 
 describe("worker jobs", function()
-  local good = { job_id = "j-1", thread_id = "t-1", user_id = "u-1", message = "종이 어떻게 버려?" }
+  local good = { job_id = "j-1", thread_id = "t-1", user_id = "u-1", script = "chat",
+                 input = { message = "종이 어떻게 버려?", n = 3, tags = { "a" } } }
 
-  it("decodes a job and keeps optional fields", function()
-    local g = {}
-    for k, v in pairs(good) do g[k] = v end
-    g.user_location = "서울특별시 강남구"
-    g.script = "chat"
-    local j = assert(job.decode { "job", cjson.encode(g) })
-    assert.same(g, j)
+  it("decodes a job: ids, script and the input object", function()
+    local j = assert(job.decode { "job", cjson.encode(good) })
+    assert.same(good, j)
+    assert.equal("integer", math.type(j.input.n))
   end)
 
   it("round-trips through encode", function()
-    assert.same(good, job.decode { "job", job.encode(good) })
+    assert.same(good, job.decode { "job", assert(job.encode(good)) })
+    local bare = { job_id = "a", thread_id = "b", input = {} }
+    local text = assert(job.encode(bare))
+    assert.matches('"input":{}', text, 1, true)
+    assert.same(bare, job.decode { "job", text })
+  end)
+
+  it("takes a job without user_id or script", function()
+    local j = assert(job.decode { "job", '{"job_id":"a","thread_id":"b","input":{"x":1}}' })
+    assert.is_nil(j.user_id)
+    assert.is_nil(j.script)
+    assert.same({ x = 1 }, j.input)
+  end)
+
+  it("accepts a job in the earlier format: message and user_location become the input", function()
+    local j = assert(job.decode { "job", cjson.encode {
+      job_id = "j-old", thread_id = "t", user_id = "u", message = "종이 어떻게 버려?",
+      user_location = "서울특별시 강남구", script = "chat" } })
+    assert.same({ job_id = "j-old", thread_id = "t", user_id = "u", script = "chat",
+                  input = { message = "종이 어떻게 버려?", user_location = "서울특별시 강남구" } }, j)
+    -- both: the top-level fields fill the input, unless it says otherwise
+    j = assert(job.decode { "job", '{"job_id":"a","thread_id":"b","message":"m","input":{"k":"v"}}' })
+    assert.same({ k = "v", message = "m" }, j.input)
+    local bad, reason = job.decode { "job", '{"job_id":"a","thread_id":"b","message":"m","input":{"message":"n"}}' }
+    assert.is_nil(bad)
+    assert.matches("'message' is given both at the top level and in 'input'", reason)
   end)
 
   it("accepts an integer user id as text", function()
-    local j = assert(job.decode { "job", '{"job_id":"a","thread_id":"b","user_id":42,"message":"hi"}' })
+    local j = assert(job.decode { "job", '{"job_id":"a","thread_id":"b","user_id":42,"input":{}}' })
     assert.equal("42", j.user_id)
+  end)
+
+  it("refuses a job text over the size bound, saying how big it is", function()
+    local big = cjson.encode { job_id = "big", thread_id = "t", input = { blob = string.rep("x", job.MAX_BYTES) } }
+    local j, reason, id = job.decode { "job", big }
+    assert.is_nil(j)
+    assert.equal(("the job is %d bytes, more than the limit of %d"):format(#big, 262144), reason)
+    assert.is_nil(id)   -- not read at all
+    assert.equal(262144, job.MAX_BYTES)
   end)
 
   it("names what is wrong, and the job id when there is one", function()
     local cases = {
       { {}, "no 'job' field", nil },
-      { { "job", "{not json" }, "invalid JSON", nil },
+      { { "job", "{not json" }, "'job' is not JSON", nil },
       { { "job", "[1,2]" }, "must be a JSON object", nil },
-      { { "job", '{"thread_id":"t","user_id":"u","message":"m"}' }, "'job_id' is missing", nil },
-      { { "job", '{"job_id":"j 1","thread_id":"t","user_id":"u","message":"m"}' }, "'job_id' must be", nil },
-      { { "job", '{"job_id":"j","user_id":"u","message":"m"}' }, "'thread_id' is missing", "j" },
-      { { "job", '{"job_id":"j","thread_id":"t","message":"m"}' }, "'user_id' is missing", "j" },
-      { { "job", '{"job_id":"j","thread_id":"t","user_id":"u"}' }, "'message' is missing", "j" },
-      { { "job", '{"job_id":"j","thread_id":"t","user_id":"u","message":"  "}' }, "'message' is empty", "j" },
-      { { "job", '{"job_id":"j","thread_id":"t","user_id":"u","message":3}' }, "must be a string", "j" },
-      { { "job", '{"job_id":"j","thread_id":"t","user_id":"u","message":"m","user_location":1}' },
-        "'user_location' must be a string", "j" },
-      { { "job", '{"job_id":"j","thread_id":"t","user_id":null,"message":"m"}' }, "'user_id' is missing", "j" },
+      { { "job", "[]" }, "must be a JSON object", nil },
+      { { "job", '{"thread_id":"t","input":{}}' }, "'job_id' is missing", nil },
+      { { "job", '{"job_id":"j 1","thread_id":"t","input":{}}' }, "'job_id' must be 1..200 letters", nil },
+      { { "job", '{"job_id":"j","input":{}}' }, "'thread_id' is missing", "j" },
+      { { "job", '{"job_id":"j","thread_id":"t/1","input":{}}' }, "'thread_id' must be 1..200 letters", "j" },
+      { { "job", '{"job_id":"j","thread_id":"t","user_id":"u u","input":{}}' }, "'user_id' must be", "j" },
+      { { "job", '{"job_id":"j","thread_id":"t","user_id":true,"input":{}}' }, "'user_id' must be a string", "j" },
+      { { "job", '{"job_id":"j","thread_id":"t"}' }, "'input' is missing", "j" },
+      { { "job", '{"job_id":"j","thread_id":"t","input":"hi"}' }, "'input' must be a JSON object, got string", "j" },
+      { { "job", '{"job_id":"j","thread_id":"t","input":[1]}' }, "'input' must be a JSON object, got an array", "j" },
+      { { "job", '{"job_id":"j","thread_id":"t","input":[]}' }, "'input' must be a JSON object, got an array", "j" },
+      { { "job", '{"job_id":"j","thread_id":"t","input":null}' }, "'input' is missing", "j" },
+      { { "job", '{"job_id":"j","thread_id":"t","input":{},"script":""}' }, "'script' must be", "j" },
+      { { "job", '{"job_id":"j","thread_id":"t","input":{},"script":7}' }, "'script' must be", "j" },
     }
     for _, c in ipairs(cases) do
       local j, reason, id = job.decode(c[1])
-      assert.is_nil(j)
+      assert.is_nil(j, cjson.encode(c[1]))
       assert.matches(c[2], reason)
       assert.equal(c[3], id)
     end
@@ -153,5 +207,42 @@ describe("worker scripts", function()
     assert.equal("scripts.eco.chat", scripts.module_name("scripts/eco/chat.lua"))
     assert.equal("scripts.eco.chat", scripts.module_name("./scripts/eco/chat.lua"))
     assert.is_nil(scripts.module_name("/abs/x.lua"))
+  end)
+
+  it("takes a script without hooks, and checks the hooks a script gives", function()
+    local noop = function() end
+    assert.same({}, assert(scripts.hooks { build = noop }))
+    local w = { scope = "app", migrations = { { version = 1, name = "t", sql = "CREATE TABLE t ()" } },
+                input = noop, result = noop, record = noop, committed = noop, forget = noop }
+    assert.equal(w, assert(scripts.hooks { build = noop, worker = w }))
+    local cases = {
+      { { worker = 3 }, "`worker` must be a table of hooks, got number" },
+      { { worker = { commited = noop } }, "worker.commited: not a hook" },
+      { { worker = { input = "x" } }, "worker.input must be a function, got string" },
+      { { worker = { migrations = {} } }, "worker.migrations needs worker.scope" },
+      { { worker = { scope = "a b", migrations = {} } }, "migration scope must be" },
+      { { worker = { scope = "worker", migrations = {} } }, "is the worker's own" },
+      { { worker = { scope = "a", migrations = { { version = 2, name = "x", sql = "s" },
+                                                 { version = 1, name = "y", sql = "s" } } } },
+        "version 1 does not follow 2" },
+      { { worker = { scope = "a", migrations = { { version = 1, name = "x" } } } }, "sql must be SQL text" },
+      { { worker_result = noop }, "worker_result is no longer called" },
+    }
+    for _, c in ipairs(cases) do
+      c[1].build = noop
+      local h, err = scripts.hooks(c[1])
+      assert.is_nil(h)
+      assert.matches(c[2], err, 1, true)
+    end
+  end)
+end)
+
+describe("worker migrations", function()
+  it("never lists a retired version of its own scope", function()
+    local migrations = require "moongraph.worker.migrations"
+    assert(migrations.check(migrations.SCOPE, migrations.list, migrations.RETIRED))
+    for _, m in ipairs(migrations.list) do assert.is_nil(migrations.RETIRED[m.version]) end
+    local _, err = migrations.check("worker", { { version = 2, name = "x", sql = "SELECT 1" } }, migrations.RETIRED)
+    assert.matches("version 2 was used before", err)
   end)
 end)

@@ -212,4 +212,7 @@ function _M.previous_intent(app, thread_id)
   return nil
 end
 
+-- The hooks `moongraph worker` runs this pipeline with: its memory and schema.
+_M.worker = require "scripts.eco.worker"
+
 return _M

@@ -1,4 +1,5 @@
--- A small pipeline for the worker specs: prepare -> slow -> answer.
+-- A small pipeline for the worker specs: prepare -> slow -> answer. It has
+-- no worker hooks: its run input is the job's input ({message = ...}).
 --
 -- The message steers it with words:
 --   sleep=S      `slow` waits S seconds (a job that is still running when a
@@ -54,8 +55,7 @@ function _M.build(opts)
       ctx.stream_token(t)
       if gap > 0 and i < n then mg.sleep(gap) end
     end
-    return { trail = "answer", answer = _M.VERSION .. ": " .. table.concat(parts),
-             intent = "general", turn = (state.turn or 0) + 1 }
+    return { trail = "answer", answer = _M.VERSION .. ": " .. table.concat(parts) }
   end)
   g:add_edge(mg.START, "prepare")
   g:add_edge("prepare", "slow")

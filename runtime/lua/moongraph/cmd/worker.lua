@@ -1,7 +1,8 @@
--- moongraph worker [--redis URL] [--pg URL] [--script [NAME=]PATH] [--concurrency N] ...
--- Runs jobs from the Redis stream PREFIX:jobs until SIGTERM (see
--- moongraph.worker and docs/worker.md). Exit status: 0 after a drain,
--- 1 when it cannot start, 2 on bad usage.
+-- moongraph worker --script [NAME=]PATH... [--redis URL] [--pg URL] [--concurrency N] ...
+-- Runs jobs from the Redis stream PREFIX:jobs with the scripts given (by
+-- --script or MOONGRAPH_WORKER_SCRIPT; there is no default) until SIGTERM
+-- (see moongraph.worker and docs/worker.md). Exit status: 0 after a drain,
+-- 1 when it cannot start, 2 on bad usage (no script included).
 local config = require "moongraph.worker.config"
 
 return {

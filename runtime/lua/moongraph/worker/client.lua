@@ -3,7 +3,8 @@
 --
 --   local client = require "moongraph.worker.client"
 --   local c = assert(client.connect("redis://127.0.0.1:6379/0"))   -- or { redis = conn }
---   local job_id, entry_id = c:submit{ message = "...", thread_id = "t1", user_id = "u1" }
+--   local job_id, entry_id = c:submit{ thread_id = "t1", user_id = "u1", script = "app",
+--                                      input = { question = "..." } }
 --   local last_id, done = c:follow(job_id, { last_id = "0-0", on_event = function(ev) ... end })
 --
 -- follow resumes after a lost connection from the last event it delivered
@@ -16,7 +17,7 @@ local job = require "moongraph.worker.job"
 local events = require "moongraph.worker.events"
 local config = require "moongraph.worker.config"
 
-local type, tostring, setmetatable, error = type, tostring, setmetatable, error
+local type, tostring, setmetatable, error, ipairs = type, tostring, setmetatable, error, ipairs
 
 local _M = {}
 local C = {}
@@ -35,19 +36,29 @@ function _M.connect(url, opts)
   return setmetatable({ redis = conn, keys = config.keys(opts.prefix or "moongraph") }, C)
 end
 
--- submit{message, thread_id?, user_id?, job_id?, user_location?, script?}
--- -> job_id, entry_id, job | nil, err. Missing ids are made up.
+-- submit{input, thread_id?, user_id?, job_id?, script?} -> job_id, entry_id, job
+-- | nil, err. A missing job_id or thread_id is made up; user_id is sent
+-- only when given. The fields of the earlier job format (message,
+-- user_location at the top level) are accepted and go into the input, as
+-- the worker does with such jobs. A job the worker would refuse (a bad id,
+-- an input that is not a table, more than moongraph.worker.job.MAX_BYTES of
+-- JSON) raises.
 function C:submit(j)
   if type(j) ~= "table" then error("bad argument #1 to 'submit' (job table expected)", 2) end
   local full = {
     job_id = j.job_id or job.new_id("j"),
     thread_id = j.thread_id or job.new_id("t"),
-    user_id = j.user_id or "anonymous",
-    message = j.message, user_location = j.user_location, script = j.script,
+    user_id = j.user_id, script = j.script, input = j.input,
   }
-  local text = job.encode(full)
-  local ok, reason = job.decode { "job", text }
+  for _, name in ipairs(job.LEGACY_INPUT) do full[name] = j[name] end
+  local norm, reason = job.normalize(full)
+  if not norm then error("bad argument #1 to 'submit' (" .. reason .. ")", 2) end
+  local text, eerr = job.encode(norm)
+  if not text then error("bad argument #1 to 'submit' (" .. eerr .. ")", 2) end
+  local ok
+  ok, reason = job.decode { "job", text }
   if not ok then error("bad argument #1 to 'submit' (" .. reason .. ")", 2) end
+  full = norm
   local id, err = self.redis:call("XADD", self.keys.jobs, "*", "job", text)
   if not id then return nil, err end
   return full.job_id, id, full

@@ -13,28 +13,31 @@ local format = string.format
 local _M = {}
 
 _M.USAGE = [[
-usage: moongraph worker [--redis URL] [--pg URL] [--script [NAME=]PATH]...
+usage: moongraph worker --script [NAME=]PATH... [--redis URL] [--pg URL]
                         [--concurrency N] [--group NAME] [--consumer NAME]
                         [--checkpoint cached|postgres|redis|file:DIR|memory]
                         [--durability sync|async]
                         [--claim-idle SEC] [--claim-interval SEC] [--max-deliveries N]
                         [--grace SEC] [--job-timeout SEC] [--heartbeat SEC]
-                        [--events-ttl SEC] [--events-maxlen N] [--memory-ttl SEC]
+                        [--events-ttl SEC] [--events-maxlen N]
                         [--metrics PATH|-] [--log-level debug|info|warn|error]
                         [--prefix PREFIX]
 
 Reads jobs from the Redis stream PREFIX:jobs (consumer group `moongraph`),
-runs up to N at once, stores each result in the Postgres table job_results
-and streams its events to PREFIX:events:<job_id>. SIGTERM drains, SIGHUP
-reloads the scripts. Environment: MOONGRAPH_REDIS_URL, MOONGRAPH_PG_URL,
-MOONGRAPH_WORKER_CONCURRENCY, MOONGRAPH_WORKER_GROUP, MOONGRAPH_WORKER_CONSUMER,
-MOONGRAPH_WORKER_SCRIPT, MOONGRAPH_CHECKPOINT. docs/worker.md has the details.
+runs each with the script it names (default the first --script) up to N at
+once, stores each result in the Postgres table job_results and streams its
+events to PREFIX:events:<job_id>. SIGTERM drains, SIGHUP reloads the
+scripts. At least one script is required: --script (repeatable) or
+MOONGRAPH_WORKER_SCRIPT (comma-separated). Environment: MOONGRAPH_REDIS_URL,
+MOONGRAPH_PG_URL, MOONGRAPH_WORKER_CONCURRENCY, MOONGRAPH_WORKER_GROUP,
+MOONGRAPH_WORKER_CONSUMER, MOONGRAPH_WORKER_SCRIPT, MOONGRAPH_CHECKPOINT.
+docs/worker.md has the details.
 ]]
 
 _M.defaults = {
   redis = "redis://127.0.0.1:6379/0",
   pg = nil,                     -- required
-  scripts = nil,                -- { {name=, path=}, ... }; default scripts/eco/chat.lua
+  scripts = nil,                -- { {name=, path=}, ... }; required
   concurrency = 16,
   group = "moongraph",
   consumer = nil,               -- default <hostname>-<pid>
@@ -48,8 +51,6 @@ _M.defaults = {
   heartbeat = 5,
   events_ttl = 3600,            -- events stream lifetime after `done`
   events_maxlen = 10000,
-  memory_ttl = 86400,           -- recent messages in Redis (L1)
-  memory_recent = 12,           -- messages kept in L1 and given to the pipeline
   metrics = nil,
   log_level = "info",
   prefix = "moongraph",
@@ -63,8 +64,18 @@ function _M.keys(prefix)
     dead = prefix .. ":jobs:dead",
     events = prefix .. ":events:",        -- .. job_id
     worker = prefix .. ":workers:",       -- .. consumer (heartbeat)
-    memory = prefix .. ":memory:",        -- .. thread_id (session hash), .. ":recent" (list)
   }
+end
+
+-- key_helper(prefix) -> function(...) -> "PREFIX:a:b": the keys a script's
+-- hooks keep in Redis, under the worker's prefix.
+function _M.key_helper(prefix)
+  local concat, select, tostring = table.concat, select, tostring
+  return function(...)
+    local parts = { prefix }
+    for i = 1, select("#", ...) do parts[#parts + 1] = tostring((select(i, ...))) end
+    return concat(parts, ":")
+  end
 end
 
 local function read_file(path)
@@ -109,8 +120,6 @@ local numeric = {
   ["--heartbeat"] = { "heartbeat", "num", 0.1 },
   ["--events-ttl"] = { "events_ttl", "int", 1 },
   ["--events-maxlen"] = { "events_maxlen", "int", 10 },
-  ["--memory-ttl"] = { "memory_ttl", "int", 1 },
-  ["--memory-recent"] = { "memory_recent", "int", 0 },
   ["--block"] = { "block", "num", 0.01 },
 }
 
@@ -195,7 +204,9 @@ function _M.parse(args, getenv)
     i = i + 1
   end
   if #flag_scripts > 0 then scripts = flag_scripts end
-  if #scripts == 0 then scripts = { { name = "chat", path = "scripts/eco/chat.lua" } } end
+  if #scripts == 0 and not cfg.help then
+    return nil, "no script to run: give --script [NAME=]PATH (repeatable) or set MOONGRAPH_WORKER_SCRIPT"
+  end
   local seen = {}
   for _, s in ipairs(scripts) do
     if seen[s.name] then return nil, "two scripts named '" .. s.name .. "' (use NAME=PATH)" end

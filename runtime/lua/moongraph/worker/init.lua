@@ -33,7 +33,7 @@ local cjson = require("cjson.safe").new()
 local logm = require "moongraph.worker.log"
 local metricsm = require "moongraph.worker.metrics"
 local queuem = require "moongraph.worker.queue"
-local memorym = require "moongraph.worker.memory"
+local config = require "moongraph.worker.config"
 local scriptsm = require "moongraph.worker.scripts"
 local migrations = require "moongraph.worker.migrations"
 local checkpointer = require "moongraph.worker.checkpointer"
@@ -79,6 +79,7 @@ function _M.new(cfg, opts)
     metrics = metricsm.new(),
     metrics_out = opts.metrics_out or io.stdout,
     llm = opts.llm,
+    key = config.key_helper(cfg.prefix),
     jobs = {}, inflight = 0,
     freed = notify_new(), stopped_ev = notify_new(),
     stopping = false, tasks = {},
@@ -102,8 +103,19 @@ local function with_retry(log, what, limit, fn)
   end
 end
 
--- start() -> true | nil, err: connect, migrate, open the saver, load the
--- scripts, make sure the consumer group exists.
+local function log_migrations(log, applied, unknown)
+  for _, m in ipairs(applied or {}) do
+    log:info("migration applied", { scope = m.scope, version = m.version, name = m.name })
+  end
+  for _, m in ipairs(unknown or {}) do
+    log:warn("the database has a migration this worker does not list (applied by a newer version?)",
+      { scope = m.scope, version = m.version, name = m.name })
+  end
+end
+
+-- start() -> true | nil, err: connect, open the saver, load the scripts,
+-- migrate (the worker's schema and the scripts'), make sure the consumer
+-- group exists.
 function W:start()
   local cfg, log = self.cfg, self.log
   local limit = cfg.startup_timeout or 60
@@ -113,14 +125,6 @@ function W:start()
   if not r then return nil, err end
   self.redis = r
   self.db = pg.pool(cfg.pg, { size = cfg.pg_pool or max(2, min(8, ceil(cfg.concurrency / 4))) })
-  local applied
-  applied, err = with_retry(log, "migrating Postgres", limit, function()
-    return migrations.migrate(self.db)
-  end)
-  if not applied then return nil, err end
-  for _, m in ipairs(applied) do
-    log:info("migration applied", { version = m.version, name = m.name })
-  end
   local saver
   saver, err = checkpointer.open(cfg.checkpoint, {
     redis_url = cfg.redis, pg_url = cfg.pg, concurrency = cfg.concurrency })
@@ -130,13 +134,24 @@ function W:start()
   local ok
   ok, err = self.scripts:load()
   if not ok then return nil, err end
+  local unknown
+  ok, err = with_retry(log, "migrating Postgres", limit, function()
+    local applied, u, permanent = migrations.migrate(self.db, self.scripts:scopes())
+    if not applied then
+      if permanent then error(u, 0) end   -- the SQL itself: no retry
+      return nil, u
+    end
+    log_migrations(log, applied, nil)
+    unknown = u
+    return true
+  end)
+  if not ok then return nil, err end
+  log_migrations(log, nil, unknown)
   self.queue = queuem.new { redis = r, keys = cfg.keys, group = cfg.group, consumer = cfg.consumer }
   ok, err = with_retry(log, "creating the consumer group", limit, function()
     return self.queue:ensure_group()
   end)
   if not ok then return nil, err end
-  self.memory = memorym.new { redis = r, db = self.db, keys = cfg.keys, ttl = cfg.memory_ttl,
-                              recent = cfg.memory_recent, log = log }
   log:info("worker started", {
     stream = cfg.keys.jobs, group = cfg.group, concurrency = cfg.concurrency,
     scripts = self.scripts:names(), checkpoint = cfg.checkpoint,
@@ -300,8 +315,15 @@ function W:heartbeat()
   end
 end
 
+-- Reload the scripts; the new set's migrations are applied before it is
+-- taken (a set whose migrations fail is not taken).
 function W:reload()
-  local ok, err = self.scripts:reload()
+  local ok, err = self.scripts:reload(function(set)
+    local applied, u = migrations.migrate(self.db, self.scripts:scopes(set))
+    if not applied then return nil, "migrating Postgres: " .. tostring(u) end
+    log_migrations(self.log, applied, nil)
+    return true
+  end)
   if ok then
     self.metrics:inc("reloads")
     self.log:info("scripts reloaded", { generation = self.scripts.generation, scripts = self.scripts:names() })

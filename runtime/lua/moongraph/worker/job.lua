@@ -1,45 +1,78 @@
 -- moongraph.worker.job — what a job is, on the stream and in Lua.
 --
--- A job is an entry of the jobs stream whose field `job` holds a JSON object:
+-- A job is an entry of the jobs stream whose field `job` holds a JSON object
+-- of at most MAX_BYTES (256 KiB):
 --
---   { "job_id": "j-1", "thread_id": "t-1", "user_id": "u-1",
---     "message": "종이 어떻게 버려?", "user_location": "서울특별시 강남구",
---     "script": "chat" }
+--   { "job_id": "j-1", "thread_id": "t-1", "user_id": "u-1", "script": "app",
+--     "input": { "question": "...", "lang": "ko" } }
 --
--- job_id, thread_id, user_id and message are required; user_location and
--- script (the name of one of the worker's scripts; default its first) are
--- optional. Ids are 1..200 characters of letters, digits and - _ . : @;
--- user_id may also be an integer.
+--   job_id     required; an id (moongraph.ids: 1..200 letters, digits, - _ . : @)
+--   thread_id  required; an id: the conversation or session the job belongs to
+--   user_id    optional; an id, or an integer (kept as its decimal text)
+--   script     optional; the name or path of one of the worker's scripts
+--              (default: its first)
+--   input      required; a JSON object, the run's input (the script's input
+--              hook may build the run's input from it)
+--
+-- Other fields are ignored. The worker checks only these generic things;
+-- what the input must hold is the script's business (its input hook refuses
+-- a job it cannot run).
+--
+-- The earlier job format, with the message at the top level
+-- ({ ..., "message": "...", "user_location": "..." } and no `input`), is
+-- still accepted: those two fields become the input, so jobs queued by an
+-- older producer still run. A job that has both gives them to the input
+-- unless the input already holds a different value (then it is refused).
 --
 --   local job = require "moongraph.worker.job"
 --   local j, reason, job_id = job.decode(fields)   -- fields: the entry's flat list
+--   local j, reason, job_id = job.normalize(t)     -- the same checks on a Lua table
 --   job.encode(j) -> JSON text
 
-local cjson = require("cjson.safe").new()
+local json = require "moongraph.json"
+local ids = require "moongraph.ids"
 
-local type, tostring, pairs = type, tostring, pairs
+local type, tostring, ipairs, pairs = type, tostring, ipairs, pairs
 local format = string.format
+local math_tointeger = math.tointeger
 
 local _M = {}
 
-_M.MAX_MESSAGE = 64 * 1024
+_M.MAX_BYTES = 256 * 1024
 
-local ID = "^[%w%-_%.:@]+$"
+-- The fields of the earlier format that become the input.
+_M.LEGACY_INPUT = { "message", "user_location" }
 
-local function check_id(j, name)
-  local v = j[name]
-  if v == nil or v == cjson.null then return nil, format("field '%s' is missing", name) end
-  if name == "user_id" and type(v) == "number" and math.tointeger(v) then
-    j[name] = tostring(math.tointeger(v))
-    return true
+local function absent(v)
+  return v == nil or v == json.null
+end
+
+local function kind(v)
+  if v == json.null then return "null" end
+  return type(v)
+end
+
+-- A JSON object decoded by moongraph.json (or a Lua table meant as one): a
+-- table that is neither a marked empty array nor a list.
+local function is_object(v)
+  return type(v) == "table" and not json.is_array(v) and v[1] == nil
+end
+
+local function check_id(t, name, optional)
+  local v = t[name]
+  if absent(v) then
+    if optional then return true end
+    return nil, format("field '%s' is missing", name)
+  end
+  if name == "user_id" and type(v) == "number" and math_tointeger(v) then
+    return tostring(math_tointeger(v))
   end
   if type(v) ~= "string" then
-    return nil, format("field '%s' must be a string, got %s", name, type(v) == "userdata" and "null" or type(v))
+    return nil, format("field '%s' must be a string, got %s", name, kind(v))
   end
-  if v == "" or #v > 200 or not v:match(ID) then
-    return nil, format("field '%s' must be 1..200 letters, digits or - _ . : @", name)
-  end
-  return true
+  local ok, err = ids.check(v, "field '" .. name .. "'")
+  if not ok then return nil, err end
+  return v
 end
 
 -- The value of `name` in a stream entry's flat field list.
@@ -51,6 +84,54 @@ function _M.field(fields, name)
   return nil
 end
 
+-- normalize(t) -> job | nil, reason, job_id_or_nil
+-- job = { job_id, thread_id, user_id (or nil), script (or nil), input }
+function _M.normalize(t)
+  if not is_object(t) then return nil, "a job must be a JSON object" end
+  local job_id = ids.valid(t.job_id) and t.job_id or nil
+  local j = {}
+  for _, name in ipairs { "job_id", "thread_id", "user_id" } do
+    local v, err = check_id(t, name, name == "user_id")
+    if not v then return nil, err, job_id end
+    if v ~= true then j[name] = v end
+  end
+  local script = t.script
+  if not absent(script) then
+    if type(script) ~= "string" or script == "" or #script > 1024 then
+      return nil, "field 'script' must be a non-empty string (a script's name or path)", job_id
+    end
+    j.script = script
+  end
+  local input = t.input
+  if absent(input) then
+    input = nil
+  elseif not is_object(input) then
+    return nil, "field 'input' must be a JSON object, got " ..
+      (type(input) == "table" and "an array" or kind(input)), job_id
+  end
+  -- the earlier format: top-level fields that belong to the input
+  local copied = false
+  for _, name in ipairs(_M.LEGACY_INPUT) do
+    local v = t[name]
+    if not absent(v) then
+      if not copied then
+        local c = {}
+        for k, x in pairs(input or {}) do c[k] = x end
+        input, copied = c, true
+      end
+      if input[name] == nil then
+        input[name] = v
+      elseif input[name] ~= v then
+        return nil, format("field '%s' is given both at the top level and in 'input', with different values",
+          name), job_id
+      end
+    end
+  end
+  if input == nil then return nil, "field 'input' is missing (a JSON object)", job_id end
+  j.input = input
+  return j
+end
+
 -- decode(fields) -> job | nil, reason, job_id_or_nil
 -- job_id is returned with a failure when the JSON had a usable one, so the
 -- caller can still tell that job's listeners why it was refused.
@@ -58,46 +139,21 @@ function _M.decode(fields)
   local raw = _M.field(fields, "job")
   if raw == nil then return nil, "the entry has no 'job' field" end
   if type(raw) ~= "string" then return nil, "the 'job' field is not text" end
-  local j, derr = cjson.decode(raw)
-  if j == nil then return nil, "invalid JSON in 'job': " .. tostring(derr) end
-  if type(j) ~= "table" or j[1] ~= nil then return nil, "'job' must be a JSON object" end
-  local job_id = nil
-  if type(j.job_id) == "string" and j.job_id ~= "" and #j.job_id <= 200 and j.job_id:match(ID) then
-    job_id = j.job_id
+  if #raw > _M.MAX_BYTES then
+    return nil, format("the job is %d bytes, more than the limit of %d", #raw, _M.MAX_BYTES)
   end
-  for _, name in pairs { "job_id", "thread_id", "user_id" } do
-    local ok, err = check_id(j, name)
-    if not ok then return nil, err, job_id end
-  end
-  local m = j.message
-  if m == nil or m == cjson.null then return nil, "field 'message' is missing", job_id end
-  if type(m) ~= "string" then return nil, "field 'message' must be a string", job_id end
-  if not m:find("%S") then return nil, "field 'message' is empty", job_id end
-  if #m > _M.MAX_MESSAGE then
-    return nil, format("field 'message' is longer than %d bytes", _M.MAX_MESSAGE), job_id
-  end
-  local loc = j.user_location
-  if loc == cjson.null then loc = nil end
-  if loc ~= nil and type(loc) ~= "string" then
-    return nil, "field 'user_location' must be a string", job_id
-  end
-  local script = j.script
-  if script == cjson.null then script = nil end
-  if script ~= nil and (type(script) ~= "string" or script == "") then
-    return nil, "field 'script' must be a non-empty string", job_id
-  end
-  return {
-    job_id = j.job_id, thread_id = j.thread_id, user_id = j.user_id,
-    message = m, user_location = loc ~= "" and loc or nil, script = script,
-  }
+  local t, derr = json.decode(raw)
+  if t == nil then return nil, "'job' is not JSON: " .. tostring(derr) end
+  if not is_object(t) then return nil, "'job' must be a JSON object" end
+  return _M.normalize(t)
 end
 
--- encode(job) -> JSON text (the fields decode accepts).
+-- encode(job) -> JSON text | nil, err (the fields decode accepts).
 function _M.encode(j)
-  return (cjson.encode {
+  return json.encode({
     job_id = j.job_id, thread_id = j.thread_id, user_id = j.user_id,
-    message = j.message, user_location = j.user_location, script = j.script,
-  })
+    script = j.script, input = j.input,
+  }, { name = "job" })
 end
 
 -- A fresh id: 16 random hex digits from /dev/urandom with a time prefix.

@@ -1,7 +1,7 @@
 -- moongraph.worker.metrics — the worker's counters and latency histograms.
 --
 --   local m = require("moongraph.worker.metrics").new()
---   m:inc("jobs_done")                    m:observe("node", "intent", 0.012)
+--   m:inc("jobs_done")                    m:observe("node", "fetch", 0.012)
 --   m:snapshot()  -> plain table (for the heartbeat and `--metrics -`)
 --   m:prometheus() -> text exposition format (for a node_exporter textfile
 --                     collector or any scraper reading the file)

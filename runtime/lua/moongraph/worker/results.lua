@@ -7,9 +7,9 @@
 --
 -- commit inserts the row unless the job already has one (job_id is the
 -- primary key), and only when it inserted runs `also(tx)` in the same
--- transaction (the conversation memory of the turn), so a job delivered
--- twice stores one answer and one turn. It returns false and the stored
--- row when the job already had a result.
+-- transaction (what the script's record hook writes), so a job delivered
+-- twice stores one answer and records it once. It returns false and the
+-- stored row when the job already had a result.
 
 local pg = require "moongraph.pg"
 local json = require "moongraph.json"
@@ -50,9 +50,15 @@ end
 
 -- commit(db, row, also) -> inserted, stored_row | nil, err
 -- row: job_id, thread_id, user_id, status ("done" | "failed" |
--- "interrupted"), answer, error, state (a table), worker, deliveries.
+-- "interrupted"), answer, error, state (a table; or state_text, its JSON),
+-- worker, deliveries.
 function _M.commit(db, row, also)
-  local state_text = json.encode(row.state or {})
+  local state_text = row.state_text
+  if not state_text then
+    local err
+    state_text, err = json.encode(row.state or {}, { name = "state" })
+    if not state_text then return nil, "job_results: " .. err end
+  end
   return db:transaction(function(tx)
     local rows, err = tx:query([[
 INSERT INTO job_results (job_id, thread_id, user_id, status, answer, error, state, worker, deliveries)

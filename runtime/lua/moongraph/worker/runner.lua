@@ -1,7 +1,7 @@
 -- moongraph.worker.runner — one job, from delivery to acknowledgement.
 --
 --   outcome = runner.run(W, entry, js)
---     W: the worker (redis, db, queue, memory, scripts, saver, cfg, log,
+--     W: the worker (redis, db, queue, scripts, saver, cfg, key, log,
 --        metrics, llm); entry: {id, fields, deliveries}; js: the job's slot
 --        record ({ id, task, phase }, shared with the lease renewer).
 --   outcome: "done" | "failed" | "dead" | "duplicate" | "released"
@@ -13,14 +13,16 @@
 --      listeners get error + done, and it is acknowledged;
 --   2. a job that already has a row in job_results only finishes its events
 --      and is acknowledged (a duplicate delivery, or a worker that died
---      after storing the result);
+--      after storing the result); the script's `forget` hook runs;
 --   3. otherwise its run starts, or resumes from the checkpoints of thread
 --      "job:<job_id>" when an earlier attempt left some (only unfinished
---      tasks run again); a new run gets the conversation memory as input;
---   4. the result, and for an answered turn the conversation memory, are
---      stored in one Postgres transaction (insert-once on job_id);
---   5. then the Redis side: recent-message cache, answer and done events
---      (written once), XACK + XDEL, and the job's checkpoints are deleted.
+--      tasks run again); a new run's input is the job's input, or what the
+--      script's `input` hook builds from it;
+--   4. the result (what the `result` hook makes of the final state) and
+--      whatever the `record` hook writes are stored in one Postgres
+--      transaction, insert-once on job_id: `record` runs exactly once per job;
+--   5. then the `committed` hook (caches), answer and done events (written
+--      once), XACK + XDEL, and the job's checkpoints are deleted.
 --
 -- Infrastructure failures before step 4 (Postgres or the checkpointer
 -- unreachable) leave the job pending for a later attempt ("released");
@@ -28,10 +30,11 @@
 -- lost lease), and a later attempt picks up from step 2.
 
 local mg = require "moongraph"
+local json = require "moongraph.json"
+local cjson = require("cjson.safe").new()
 local job = require "moongraph.worker.job"
 local events = require "moongraph.worker.events"
 local results = require "moongraph.worker.results"
-local memory = require "moongraph.worker.memory"
 local checkpointer = require "moongraph.worker.checkpointer"
 
 local type, tostring, pairs, ipairs, pcall, setmetatable, error =
@@ -39,6 +42,10 @@ local type, tostring, pairs, ipairs, pcall, setmetatable, error =
 local floor, min = math.floor, math.min
 
 local _M = {}
+
+-- Attempts at storing the result while the `record` hook fails; then the
+-- job is stored as failed without it.
+_M.RECORD_ATTEMPTS = 3
 
 local function ms(sec) return floor(sec * 1e6 + 0.5) / 1000 end
 
@@ -64,8 +71,10 @@ _M.persist = persist
 local function final_events(row, extra)
   local list = {}
   if row.status == "done" then
-    list[#list + 1] = { "answer", { answer = row.answer or "", thread_id = row.thread_id,
-                                     intent = extra and extra.intent or nil } }
+    local data = {}
+    for k, v in pairs(extra and extra.event or {}) do data[k] = v end
+    data.answer, data.thread_id = row.answer or "", row.thread_id
+    list[#list + 1] = { "answer", data }
   elseif row.error then
     list[#list + 1] = { "error", { error = row.error, node = extra and extra.node or nil } }
   end
@@ -112,35 +121,67 @@ local function release(W, log, why)
   return "released"
 end
 
--- The input of a new run: the script's own hook, or the default (see
--- moongraph.worker.scripts).
-local function build_input(script, j, mem)
-  local mod = script.module
-  if type(mod.worker_input) == "function" then return mod.worker_input(j, mem) end
-  local loc = j.user_location or mem.location
-  local input
-  if type(mod.input) == "function" then
-    input = mod.input(j.message, { location = loc })
-  else
-    input = { message = j.message, user_location = loc }
+-- What the hooks of one delivery share: the worker's connections, a key
+-- helper, the job's log, the LLM client, and `scratch` (a table the hooks
+-- may use to hand things to the later hooks of the same delivery).
+local function hook_env(W, log)
+  return { redis = W.redis, db = W.db, key = W.key, prefix = W.cfg.prefix,
+           log = log, llm = W.llm, scratch = {} }
+end
+
+-- The input of a new run: input | nil, err (leave the job for a later
+-- attempt) | raises (the script refuses the job).
+local function build_input(script, j, env)
+  local hook = script.hooks.input
+  if not hook then return j.input end
+  local input, err = hook(j, env)
+  if input == nil then
+    if err ~= nil then return nil, tostring(err) end
+    error("the input hook returned no input", 0)
   end
-  if mem.intent ~= nil then input.intent = mem.intent end
-  if mem.turn and mem.turn > 0 then input.turn = mem.turn end
-  if mem.messages and #mem.messages > 0 then input.messages = mem.messages end
-  if mem.summary ~= nil then input.summary = mem.summary end
   return input
 end
 
-local function extract(script, state)
-  local mod = script.module
-  if type(mod.worker_result) == "function" then return mod.worker_result(state) end
-  local answer = state.answer
-  if answer ~= nil and type(answer) ~= "string" then answer = tostring(answer) end
-  local keep = {}
-  for k, v in pairs(state) do
-    if k ~= "messages" and k ~= "summary" then keep[k] = v end
+-- What to store: { answer, state, event } | raises.
+local function extract(script, state, j)
+  local hook = script.hooks.result
+  if not hook then
+    local a = state.answer
+    return { answer = type(a) == "string" and a or nil, state = state }
   end
-  return answer, keep
+  local r = hook(state, j)
+  if type(r) ~= "table" then
+    error("the result hook must return a table {answer=, state=}, got " .. type(r), 0)
+  end
+  if r.answer ~= nil and type(r.answer) ~= "string" then
+    error("the result hook's answer must be a string or nil, got " .. type(r.answer), 0)
+  end
+  if r.state ~= nil and type(r.state) ~= "table" then
+    error("the result hook's state must be a table or nil, got " .. type(r.state), 0)
+  end
+  if r.event ~= nil then
+    if type(r.event) ~= "table" then
+      error("the result hook's event must be a table or nil, got " .. type(r.event), 0)
+    end
+    local _, eerr = cjson.encode(r.event)
+    if eerr then error("the result hook's event cannot be written as JSON: " .. tostring(eerr), 0) end
+  end
+  return { answer = r.answer, state = r.state == nil and state or r.state, event = r.event }
+end
+
+-- Run a hook that follows the commit (committed, forget): retried while
+-- it returns nil, err (Redis away); one that raises is logged, not retried.
+local function after_hook(log, what, fn, ...)
+  local args = table.pack(...)
+  persist(log, what, function()
+    local ok, r, err = pcall(fn, table.unpack(args, 1, args.n))
+    if not ok then
+      log:error(what .. " raised; not retried", { error = first_line(r) })
+      return true
+    end
+    if r == nil and err ~= nil then return nil, err end
+    return true
+  end)
 end
 
 local function transient(err)
@@ -217,7 +258,9 @@ function _M.run(W, entry, js)
   if not script then
     return dead(W, entry, "unknown script '" .. tostring(j.script) .. "'", j.job_id, js)
   end
+  local hooks = script.hooks
   local log = W.log:with { job_id = j.job_id, entry_id = entry.id }
+  local env = hook_env(W, log)
   local key = cfg.keys.events .. j.job_id
 
   -- 2. already answered?
@@ -226,7 +269,7 @@ function _M.run(W, entry, js)
   if existing then
     js.phase = "finishing"
     log:info("job already has a result: finishing it", { deliveries = entry.deliveries })
-    persist(log, "memory cache", function() return W.memory:invalidate(j.thread_id) end)
+    if hooks.forget then after_hook(log, "the forget hook", hooks.forget, j, env) end
     persist(log, "final events", function()
       local r, err = finish_events(W, key, final_events(existing))
       if r == nil then return nil, err end
@@ -248,20 +291,17 @@ function _M.run(W, entry, js)
   if not gok or (tup == nil and terr) then
     return release(W, log, "checkpointer: " .. tostring(gok and terr or tup))
   end
-  local mem, input = nil, nil
+  local input = nil
   if not tup then
-    local merr
-    mem, merr = W.memory:load(j.thread_id, j.user_id)
-    if not mem then return release(W, log, "memory: " .. tostring(merr)) end
-    local iok, built = pcall(build_input, script, j, mem)
+    local iok, built, ierr = pcall(build_input, script, j, env)
     if not iok then
       return dead(W, entry, "the script refused the job: " .. first_line(built), j.job_id, js)
     end
+    if built == nil then return release(W, log, "input hook: " .. first_line(ierr)) end
     input = built
   end
   log:info(tup and "job resumed from its checkpoint" or "job started", {
-    deliveries = entry.deliveries, script = script.name, thread_id = j.thread_id,
-    memory = mem and mem.source or nil })
+    deliveries = entry.deliveries, script = script.name, thread_id = j.thread_id })
 
   local em = events.emitter(W.redis, key, { maxlen = cfg.events_maxlen, log = log, metrics = W.metrics })
   local guard <close> = setmetatable({}, { __close = function() em:abandon() end })
@@ -283,60 +323,75 @@ function _M.run(W, entry, js)
     return release(W, log, first_line(rerr))
   end
 
-  -- 4. store the result (and the turn) once
+  -- 4. store the result (and what the record hook writes) once
   local row = {
     job_id = j.job_id, thread_id = j.thread_id, user_id = j.user_id,
     worker = cfg.consumer, deliveries = entry.deliveries or 1,
   }
-  local turn = nil
   local extra = {}
   if state then
-    local xok, answer, keep = pcall(extract, script, state)
+    local xok, res = pcall(extract, script, state, j)
     if not xok then
-      row.status, row.error, row.state = "failed", "worker_result failed: " .. first_line(answer), {}
-    elseif state.__interrupt__ ~= nil then
-      row.status, row.answer, row.state = "interrupted", answer, keep
+      row.status, row.error, row.state = "failed", "the result hook failed: " .. first_line(res), {}
     else
-      row.status, row.answer, row.state = "done", answer, keep
-      local prev_turn = mem and mem.turn or 0
-      turn = {
-        thread_id = j.thread_id, user_id = j.user_id, job_id = j.job_id,
-        turn = math.tointeger(state.turn) or (prev_turn + 1),
-        intent = type(state.intent) == "string" and state.intent or nil,
-        location = type(state.user_location) == "string" and state.user_location or j.user_location,
-        summary = type(state.summary) == "table" and state.summary or nil,
-        message = j.message, answer = answer,
-      }
-      extra.intent = turn.intent
+      row.status = state.__interrupt__ ~= nil and "interrupted" or "done"
+      row.answer, row.state, extra.event = res.answer, res.state, res.event
+      local text, serr = json.encode(row.state, { name = "state" })
+      if text then
+        row.state_text = text
+      else
+        row.status, row.error, row.state = "failed", "the final state cannot be stored as JSON: " .. serr, {}
+        extra.event = nil
+      end
     end
   else
     row.status, row.error, row.state = "failed", first_line(rerr), {}
     extra.node = tostring(rerr):match("^node '([^']+)'")
   end
   local stored
+  local record = hooks.record
+  local record_failures = 0
   js.phase = "storing"
   persist(log, "storing the result", function()
-    local ok, inserted, s = pcall(results.commit, W.db, row,
-      turn and function(tx) return W.memory:record(tx, turn) end or nil)
-    if not ok then return nil, inserted end
-    if inserted == nil then return nil, s end
-    stored = s
-    row.inserted = inserted
-    return true
+    local hook_err = nil
+    local also = record and function(tx)
+      local ok, r, err = pcall(record, tx, j, state, row, env)
+      if ok and not (r == nil and err ~= nil) then return true end
+      hook_err = first_line(ok and err or r)
+      return nil, "the record hook failed: " .. hook_err
+    end or nil
+    local ok, inserted, s = pcall(results.commit, W.db, row, also)
+    if ok and inserted ~= nil then
+      stored = s
+      row.inserted = inserted
+      return true
+    end
+    local err = ok and s or inserted
+    if hook_err then
+      record_failures = record_failures + 1
+      if record_failures >= _M.RECORD_ATTEMPTS then
+        log:error("the record hook keeps failing: storing the job as failed without it",
+          { error = hook_err, attempts = record_failures })
+        record = nil
+        row.status, row.error = "failed", "the record hook failed: " .. hook_err
+        extra.event = nil
+      end
+    end
+    return nil, err
   end)
   js.phase = "finishing"
 
   -- 5. the Redis side
-  if row.inserted and turn and mem then
-    local after = memory.after(mem, turn)
-    persist(log, "memory cache", function() return W.memory:cache(j.thread_id, after) end)
-  else
-    persist(log, "memory cache", function() return W.memory:invalidate(j.thread_id) end)
+  if row.inserted then
+    if hooks.committed then after_hook(log, "the committed hook", hooks.committed, j, state, stored, env) end
+  elseif hooks.forget then
+    after_hook(log, "the forget hook", hooks.forget, j, env)
   end
   em:flush()
   em:close()
   local duration = mg.now() - t_start
   extra.duration_ms = ms(duration)
+  if not row.inserted then extra.event = nil end
   persist(log, "final events", function()
     local r, err = finish_events(W, key, final_events(stored, extra))
     if r == nil then return nil, err end

@@ -1,4 +1,5 @@
--- moongraph.worker.memory — conversation memory in two tiers.
+-- The Eco² chat pipeline's conversation memory, in two tiers (the worker
+-- reaches it through the hooks in scripts/eco/worker.lua).
 --
 --   L1  Redis     PREFIX:memory:<thread_id>          hash: turn, intent, location, summary
 --                 PREFIX:memory:<thread_id>:recent   list: the last messages (JSON)
@@ -8,7 +9,8 @@
 --
 -- (The third tier is the run's own state, checkpointed while a job runs.)
 --
---   local mem = memory.new{ redis = r, db = pool, keys = cfg.keys, ttl = 86400, recent = 12 }
+--   local mem = memory.new{ redis = r, db = pool, key = env.key, ttl = 86400, recent = 12 }
+--     -- key(...) -> "PREFIX:a:b" (the worker's key helper; default prefix "moongraph")
 --   local m, err = mem:load(thread_id, user_id)
 --     -- m = { source = "redis"|"postgres"|"new", turn, intent, location, summary,
 --     --       messages = { {role, content, turn, intent}, ... } }   oldest first
@@ -30,15 +32,62 @@ local _M = {}
 local Mem = {}
 Mem.__index = Mem
 
+-- The L2 schema, versioned (applied by the worker in the scope "eco").
+-- Version 1 is safe on a database that already has these tables: they were
+-- created, identically, by the worker itself before the memory became this
+-- application's.
+_M.migrations = {
+  {
+    version = 1,
+    name = "conversation memory and user profiles",
+    sql = [[
+CREATE TABLE IF NOT EXISTS conversations (
+  thread_id   text PRIMARY KEY,
+  user_id     text NOT NULL,
+  turn        integer NOT NULL DEFAULT 0,
+  last_intent text,
+  summary     jsonb,
+  created_at  timestamptz NOT NULL DEFAULT now(),
+  updated_at  timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS messages (
+  id         bigserial PRIMARY KEY,
+  thread_id  text NOT NULL REFERENCES conversations (thread_id) ON DELETE CASCADE,
+  turn       integer NOT NULL,
+  role       text NOT NULL,
+  content    text NOT NULL,
+  intent     text,
+  job_id     text,
+  created_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS messages_thread ON messages (thread_id, id);
+CREATE UNIQUE INDEX IF NOT EXISTS messages_job_role ON messages (job_id, role);
+CREATE TABLE IF NOT EXISTS user_profiles (
+  user_id     text PRIMARY KEY,
+  location    text,
+  turns       integer NOT NULL DEFAULT 0,
+  last_intent text,
+  intents     jsonb NOT NULL DEFAULT '{}'::jsonb,
+  first_seen  timestamptz NOT NULL DEFAULT now(),
+  last_seen   timestamptz NOT NULL DEFAULT now()
+);
+]],
+  },
+}
+
+local function default_key(...)
+  return table.concat({ "moongraph", ... }, ":")
+end
+
 function _M.new(opts)
   return setmetatable({
-    redis = opts.redis, db = opts.db, keys = opts.keys,
+    redis = opts.redis, db = opts.db, keyf = opts.key or default_key,
     ttl = opts.ttl or 86400, recent = opts.recent or 12, log = opts.log,
   }, Mem)
 end
 
 function Mem:key(thread_id)
-  return self.keys.memory .. thread_id
+  return self.keyf("memory", thread_id)
 end
 
 local function nz(v)

@@ -1,0 +1,70 @@
+-- A script with every worker hook, for the worker specs. Each hook call is
+-- counted in Redis (INCR PREFIX:hookspec:<job_id>:<hook>, through the
+-- worker's key helper); `record` writes a row of its own table, created by
+-- its own migration (scope "hookspec").
+--
+-- The job's input steers it:
+--   text         what `work` answers (upper-cased by the result hook)
+--   sleep        seconds `work` waits (a job still running when its worker dies)
+--   refuse       the input hook raises (the job is refused)
+--   busy         the input hook returns nil, err this many times first
+--   bad_record   the record hook fails every time
+local mg = require "moongraph"
+
+local _M = {}
+
+local function count(env, job, hook)
+  return env.redis:call("INCR", env.key("hookspec", job.job_id, hook))
+end
+
+function _M.build(opts)
+  local g = mg.graph()
+  g:add_node("work", function(state)
+    if state.sleep then mg.sleep(state.sleep) end
+    return { answer = "said " .. tostring(state.text), internal = "not stored" }
+  end)
+  g:add_edge(mg.START, "work")
+  g:add_edge("work", mg.END)
+  return g:compile { checkpointer = opts.checkpointer }
+end
+
+_M.worker = {
+  scope = "hookspec",
+  migrations = {
+    { version = 1, name = "records", sql = [[
+CREATE TABLE hookspec_records (job_id text PRIMARY KEY, answer text, status text)]] },
+  },
+
+  input = function(job, env)
+    local n = count(env, job, "input")
+    if job.input.refuse then error("this job asks to be refused", 0) end
+    if job.input.busy and n <= job.input.busy then return nil, "busy, attempt " .. n end
+    env.scratch.from_input = "scratch ok"
+    return { text = job.input.text, sleep = job.input.sleep, user = job.user_id }
+  end,
+
+  result = function(state, job)
+    return { answer = state.answer:upper(), state = { text = state.text, user = state.user, job = job.job_id },
+             event = { extra = "from the result hook" } }
+  end,
+
+  record = function(tx, job, state, result, env)
+    count(env, job, "record")
+    if job.input.bad_record then return nil, "record refuses" end
+    return tx:query("INSERT INTO hookspec_records (job_id, answer, status) VALUES ($1, $2, $3)",
+      { job.job_id, result.answer or "", result.status })
+  end,
+
+  committed = function(job, state, result, env)
+    count(env, job, "committed")
+    return env.redis:call("SET", env.key("hookspec", job.job_id, "committed_status"),
+      result.status .. "/" .. tostring(env.scratch.from_input))
+  end,
+
+  forget = function(job, env)
+    count(env, job, "forget")
+    return true
+  end,
+}
+
+return _M

@@ -1,0 +1,163 @@
+-- The worker's Postgres schema against a real PostgreSQL: versioned
+-- migrations in scopes (the worker's and the scripts'), the upgrade of a
+-- database made before scopes, and job results stored once.
+local mg = require "moongraph"
+local pg = require "moongraph.pg"
+local servers = require "servers"
+local migrations = require "moongraph.worker.migrations"
+local results = require "moongraph.worker.results"
+
+local psrv, n = nil, 0
+
+local function fresh_db()
+  n = n + 1
+  return psrv:create_database("mig" .. n), "mig" .. n
+end
+
+local function read(path)
+  local f = assert(io.open(path, "r"))
+  local s = f:read("a")
+  f:close()
+  return s
+end
+
+local APP = { { version = 1, name = "notes", sql = "CREATE TABLE app_notes (id text PRIMARY KEY)" } }
+
+local function recorded(db)
+  local rows = assert(db:query("SELECT scope, version FROM moongraph_worker_migrations ORDER BY scope, version"))
+  local out = {}
+  for i, r in ipairs(rows) do out[i] = r.scope .. ":" .. r.version end
+  return out
+end
+
+describe("worker migrations", function()
+  setup(function() psrv = servers.postgres() end)
+  teardown(function() if psrv then psrv:destroy() end end)
+
+  it("applies the migrations once, also when workers start together", function()
+    local url = fresh_db()
+    local scopes = { { scope = "app", list = APP } }
+    local a, b, again, cur, rec = mg.run(function()
+      local t1 = mg.spawn(function() return migrations.migrate(assert(pg.connect(url)), scopes) end)
+      local t2 = mg.spawn(function() return migrations.migrate(assert(pg.connect(url)), scopes) end)
+      local _, x = assert(t1:join())
+      local _, y = assert(t2:join())
+      local db = assert(pg.connect(url))
+      return assert(x), assert(y), assert(migrations.migrate(db, scopes)), migrations.current(db), recorded(db)
+    end)
+    assert.equal(#migrations.list + #APP, #a + #b)          -- one of them did the work
+    assert.same({}, again)
+    assert.equal(migrations.list[#migrations.list].version, cur)
+    assert.same({ "app:1", "worker:1" }, rec)
+  end)
+
+  it("keeps each script's versions in its own scope, and applies only what is new", function()
+    local url = fresh_db()
+    local first, second, cur = mg.run(function()
+      local db = assert(pg.connect(url))
+      local x = assert(migrations.migrate(db, { { scope = "app", list = APP } }))
+      local more = { APP[1], { version = 2, name = "tags", sql = "ALTER TABLE app_notes ADD COLUMN tag text" } }
+      local y = assert(migrations.migrate(db, { { scope = "app", list = more } }))
+      assert(db:query("INSERT INTO app_notes (id, tag) VALUES ('n', 't')"))
+      return x, y, migrations.current(db, "app")
+    end)
+    assert.same({ { scope = "worker", version = 1, name = "job results" },
+                  { scope = "app", version = 1, name = "notes" } }, first)
+    assert.same({ { scope = "app", version = 2, name = "tags" } }, second)
+    assert.equal(2, cur)
+  end)
+
+  it("rolls everything back when a migration fails, and names it", function()
+    local url = fresh_db()
+    local ok, err, permanent, rec = mg.run(function()
+      local db = assert(pg.connect(url))
+      local o, e, p = migrations.migrate(db, { { scope = "app", list = {
+        { version = 1, name = "broken", sql = "CREATE TABLE nope (" } } } })
+      return o, e, p, migrations.current(db)
+    end)
+    assert.is_nil(ok)
+    assert.matches("migration 1 %(broken%) of scope 'app' failed: .*syntax error", err)
+    assert.is_true(permanent)   -- the SQL, not the connection: no use trying again
+    assert.equal(0, rec)        -- not even the worker's own went in
+  end)
+
+  it("upgrades a database made before scopes: versions kept, nothing applied twice", function()
+    local url, name = fresh_db()
+    psrv:psql(read("spec/fixtures/worker_schema_v2.sql"), name)
+    local memory = require "scripts.eco.memory"
+    local applied, unknown, rec, rows = mg.run(function()
+      local db = assert(pg.connect(url))
+      local x, u = assert(migrations.migrate(db, { { scope = "eco", list = memory.migrations } }))
+      -- a second start finds nothing to do
+      local again = assert(migrations.migrate(db, { { scope = "eco", list = memory.migrations } }))
+      assert.same({}, again)
+      local r = assert(db:query("SELECT count(*)::int AS n FROM messages WHERE thread_id = 'old-conv'"))
+      return x, u, recorded(db), r[1].n
+    end)
+    -- the Eco² tables were there: its migration 1 is recorded, the data kept
+    assert.same({ { scope = "eco", version = 1, name = "conversation memory and user profiles" } }, applied)
+    assert.same({}, unknown)                 -- worker:2 is retired, not unknown
+    assert.same({ "eco:1", "worker:1", "worker:2" }, rec)
+    assert.equal(2, rows)
+    -- the record table is keyed by scope and version now
+    local pk = psrv:psql([[
+SELECT string_agg(a.attname, ',' ORDER BY a.attname) FROM pg_index i
+JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
+WHERE i.indrelid = 'moongraph_worker_migrations'::regclass AND i.indisprimary]], name)
+    assert.equal("scope,version", pk)
+  end)
+
+  it("leaves recorded versions it does not list alone, and reports them", function()
+    local url = fresh_db()
+    local unknown, again = mg.run(function()
+      local db = assert(pg.connect(url))
+      assert(migrations.migrate(db))
+      assert(db:query("INSERT INTO moongraph_worker_migrations (scope, version, name) VALUES ('worker', 9, 'from a newer worker')"))
+      local _, u = assert(migrations.migrate(db))
+      return u, assert(migrations.migrate(db))
+    end)
+    assert.same({ { scope = "worker", version = 9, name = "from a newer worker" } }, unknown)
+    assert.same({}, again)
+  end)
+
+  it("refuses a scope given twice", function()
+    local url = fresh_db()
+    local ok, err = mg.run(function()
+      return migrations.migrate(assert(pg.connect(url)), { { scope = "a", list = APP }, { scope = "a", list = APP } })
+    end)
+    assert.is_nil(ok)
+    assert.matches("scope 'a' given twice", err)
+  end)
+
+  it("stores a result once; a second commit returns the first", function()
+    local url = fresh_db()
+    local first, second, recorded_n = mg.run(function()
+      local db = assert(pg.connect(url))
+      assert(migrations.migrate(db))
+      local calls = 0
+      local also = function() calls = calls + 1 return true end
+      local row = { job_id = "j1", thread_id = "t1", user_id = "u1", status = "done",
+                    answer = "first", state = { intent = "waste", n = 2, f = 0.5 } }
+      local i1, r1 = results.commit(db, row, also)
+      local i2, r2 = results.commit(db, { job_id = "j1", thread_id = "t1", status = "done", answer = "second" }, also)
+      return { i1, r1.answer }, { i2, r2.answer, r2.state }, calls
+    end)
+    assert.same({ true, "first" }, first)
+    assert.same({ false, "first", { intent = "waste", n = 2, f = 0.5 } }, second)
+    assert.equal(1, recorded_n)
+  end)
+
+  it("rolls the result back when the work done with it fails", function()
+    local url = fresh_db()
+    local ok, err, row = mg.run(function()
+      local db = assert(pg.connect(url))
+      assert(migrations.migrate(db))
+      local o, e = results.commit(db, { job_id = "j2", thread_id = "t", status = "done", answer = "a" },
+        function() return nil, "hook said no" end)
+      return o, e, results.get(db, "j2")
+    end)
+    assert.is_nil(ok)
+    assert.matches("hook said no", err)
+    assert.is_nil(row)
+  end)
+end)
