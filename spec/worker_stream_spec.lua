@@ -1,6 +1,6 @@
 -- Acceptance: recoverable streaming with `moongraph submit`. A client that
 -- disconnects mid-stream and reconnects with its last id receives every
--- remaining event once, in order.
+-- remaining event once, in order. And how submit builds a job's input.
 local mg = require "moongraph"
 local cjson = require "cjson"
 local wenv = require "worker_env"
@@ -79,5 +79,51 @@ describe("moongraph submit", function()
     local bad = env:spawn { "submit", "--redis", env.redis_url, "--attach", "x", "message too" }
     assert.equal(2, mg.run(function() return bad:wait(30) end))
     assert.matches("no MESSAGE", bad:log(), 1, true)
+  end)
+
+  it("builds the job's input from --input, then each --set, then MESSAGE", function()
+    -- (another prefix: no worker takes the job, so it can be read back)
+    local p = env:spawn { "submit", "--redis", env.redis_url, "--prefix", "held", "--job", "in-1",
+                          "--thread", "t-in", "--user", "u-in", "--script", "plain",
+                          "--input", '{"a": 1, "nested": {"b": [1, 2]}, "message": "from json", "k": "json"}',
+                          "--set", "k=v=w", "--set", "empty=", "the message" }
+    assert.equal(0, mg.run(function() return p:wait(30) end))
+    assert.equal("in-1\n", p:output())
+    local entries = mg.run(function() return env:conns():call("XRANGE", "held:jobs", "-", "+") end)
+    assert.equal(1, #entries)
+    assert.equal("job", entries[1][2][1])
+    local j = cjson.decode(entries[1][2][2])
+    assert.same({ job_id = "in-1", thread_id = "t-in", user_id = "u-in", script = "plain",
+                  input = { a = 1, nested = { b = { 1, 2 } }, message = "the message", k = "v=w", empty = "" } }, j)
+    -- an input alone, without MESSAGE
+    local q = env:spawn { "submit", "--redis", env.redis_url, "--prefix", "held", "--job", "in-2", "--set", "x=1" }
+    assert.equal(0, mg.run(function() return q:wait(30) end))
+    entries = mg.run(function() return env:conns():call("XRANGE", "held:jobs", "-", "+") end)
+    assert.same({ x = "1" }, cjson.decode(entries[2][2][2]).input)
+  end)
+
+  it("refuses a bad --input or --set, and the Eco²-only --location, with exit 2", function()
+    local cases = {
+      { { "--input", "{bad" }, "moongraph submit: --input: invalid JSON" },
+      { { "--input", "[1]" }, "moongraph submit: --input: a JSON object expected" },
+      { { "--input", "[]" }, "moongraph submit: --input: a JSON object expected" },
+      { { "--input", '"text"' }, "moongraph submit: --input: a JSON object expected" },
+      { { "--set", "novalue" }, "moongraph submit: --set: KEY=VALUE expected, got 'novalue'" },
+      { { "--set", "=v" }, "moongraph submit: --set: KEY=VALUE expected, got '=v'" },
+      { {}, "moongraph submit: missing MESSAGE (or --input JSON, --set KEY=VALUE)" },
+      { { "  " }, "moongraph submit: MESSAGE is empty" },
+      { { "--location", "x", "hi" }, "moongraph submit: unknown option --location" },
+      { { "--attach", "j", "--set", "a=b" }, "--attach follows an existing job: no MESSAGE, --input or --set" },
+      { { "--job", "bad id", "hi" }, "moongraph submit: field 'job_id' must be 1..200 letters" },
+    }
+    for _, c in ipairs(cases) do
+      local args = { "submit", "--redis", env.redis_url, "--prefix", "refused" }
+      for _, a in ipairs(c[1]) do args[#args + 1] = a end
+      local p = env:spawn(args)
+      assert.equal(2, mg.run(function() return p:wait(30) end), table.concat(c[1], " "))
+      assert.matches(c[2], p:log(), 1, true)
+      assert.equal("", p:output())
+    end
+    assert.equal(0, mg.run(function() return env:conns():call("EXISTS", "refused:jobs") end))
   end)
 end)

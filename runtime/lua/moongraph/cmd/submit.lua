@@ -1,5 +1,5 @@
--- moongraph submit [--redis URL] [--thread ID] [--user ID] [--location L]
---                  [--job ID] [--script NAME] [--follow] [--json] "message"
+-- moongraph submit [--redis URL] [--thread ID] [--user ID] [--job ID] [--script NAME]
+--                  [--input JSON] [--set KEY=VALUE]... [--follow] [--json] [MESSAGE]
 -- moongraph submit --attach JOB_ID [--last-id ID] [--json]
 --
 -- Enqueues a job for `moongraph worker` and prints its id; with --follow it
@@ -9,54 +9,79 @@
 -- earlier, from the event after --last-id. A lost Redis connection is
 -- retried from the last event received. Exit status: 0 answered, 1 failed
 -- (or refused, or no event for --timeout seconds), 2 bad usage.
+--
+-- The job's input is the --input object, then each --set KEY=VALUE (a
+-- string value), then MESSAGE as input.message; a later one replaces a key
+-- an earlier one gave.
 local cjson = require("cjson.safe").new()
+local json = require "moongraph.json"
+local cliargs = require "moongraph.args"
 
-local USAGE = [[
-usage: moongraph submit [--redis URL] [--thread ID] [--user ID] [--location LOCATION]
-                        [--job ID] [--script NAME] [--prefix PREFIX]
-                        [--follow] [--json] [--timeout SEC] MESSAGE
-       moongraph submit --attach JOB_ID [--last-id ID] [--json] [--timeout SEC]
-]]
+local USAGE = [=[
+usage: moongraph submit [--redis URL] [--thread ID] [--user ID] [--job ID] [--script NAME]
+                        [--input JSON] [--set KEY=VALUE]... [--prefix PREFIX]
+                        [--follow] [--json] [--timeout SEC] [MESSAGE]
+       moongraph submit --attach JOB_ID [--last-id ID] [--json] [--timeout SEC]]=]
+
+local HELP = [[
+The job's input (a JSON object the script receives) is built from --input
+JSON, then each --set KEY=VALUE (string values; repeatable), then MESSAGE as
+the key "message"; a later one replaces a key an earlier one gave. At least
+one of them is needed. --user defaults to $USER. docs/worker.md has the
+details.]]
+
+local SPEC = {
+  name = "moongraph submit", usage = USAGE, help = HELP,
+  options = {
+    redis = "string", thread = "string", user = "string", job = "string", script = "string",
+    input = "string", set = "list", prefix = "string", follow = "flag", json = "flag",
+    timeout = "number", attach = "string", ["last-id"] = "string",
+  },
+  positional = { name = "message", label = "MESSAGE" },
+}
+
+-- The job's input from --input, --set and MESSAGE | nil, message.
+local function build_input(o)
+  local input = {}
+  if o.input then
+    local v, err = json.decode(o.input)
+    if v == nil then return nil, "--input: " .. tostring(err) end
+    if type(v) ~= "table" or json.is_array(v) or v[1] ~= nil then
+      return nil, "--input: a JSON object expected (e.g. '{\"message\": \"hi\"}')"
+    end
+    input = v
+  end
+  for _, kv in ipairs(o.set or {}) do
+    local k, v = kv:match("^([^=]+)=(.*)$")
+    if not k then return nil, "--set: KEY=VALUE expected, got '" .. kv .. "'" end
+    input[k] = v
+  end
+  if o.message ~= nil then input.message = o.message end
+  return input
+end
 
 local function parse(args)
-  local o = { redis = os.getenv("MOONGRAPH_REDIS_URL"), timeout = 300, prefix = "moongraph" }
+  local o, err = cliargs.parse(SPEC, args)
+  if not o then return nil, err end
+  if o.help then return o end
+  o.redis = o.redis or os.getenv("MOONGRAPH_REDIS_URL")
   if o.redis == "" then o.redis = nil end
   o.redis = o.redis or "redis://127.0.0.1:6379/0"
-  local valued = {
-    ["--redis"] = "redis", ["--thread"] = "thread", ["--user"] = "user", ["--location"] = "location",
-    ["--job"] = "job", ["--script"] = "script", ["--attach"] = "attach", ["--last-id"] = "last_id",
-    ["--timeout"] = "timeout", ["--prefix"] = "prefix",
-  }
-  local i = 1
-  while i <= #args do
-    local a = args[i]
-    if valued[a] then
-      local v = args[i + 1]
-      if v == nil or v == "" then return nil, a .. " needs a value" end
-      o[valued[a]] = v
-      i = i + 2
-    elseif a == "--follow" then
-      o.follow = true; i = i + 1
-    elseif a == "--json" then
-      o.json = true; i = i + 1
-    elseif a == "-h" or a == "--help" then
-      o.help = true; i = i + 1
-    elseif a:sub(1, 2) == "--" then
-      return nil, "unknown option " .. a
-    elseif o.message then
-      return nil, "one message only (quote it)"
-    else
-      o.message = a; i = i + 1
-    end
-  end
-  if o.help then return o end
-  o.timeout = tonumber(o.timeout)
-  if not o.timeout or o.timeout <= 0 then return nil, "--timeout: positive number of seconds expected" end
+  o.prefix = o.prefix or "moongraph"
+  o.timeout = o.timeout or 300
+  if o.timeout <= 0 then return nil, "--timeout: positive number of seconds expected" end
   if o.attach then
-    if o.message then return nil, "--attach follows an existing job: no MESSAGE" end
+    if o.message or o.input or o.set then
+      return nil, "--attach follows an existing job: no MESSAGE, --input or --set"
+    end
     o.follow = true
-  elseif not o.message or not o.message:find("%S") then
-    return nil, "missing MESSAGE"
+  else
+    if o.message ~= nil and not o.message:find("%S") then return nil, "MESSAGE is empty" end
+    if o.message == nil and not o.input and not o.set then
+      return nil, "missing MESSAGE (or --input JSON, --set KEY=VALUE)"
+    end
+    o.job_input, err = build_input(o)
+    if not o.job_input then return nil, err end
   end
   if o.last_id and not o.last_id:match("^%d+%-%d+$") then
     return nil, "--last-id: a stream id (MS-SEQ) expected"
@@ -106,11 +131,8 @@ end
 return {
   main = function(args)
     local o, perr = parse(args)
-    if not o then
-      io.stderr:write("moongraph submit: ", perr, "\n", USAGE)
-      return 2
-    end
-    if o.help then io.stdout:write(USAGE) return 0 end
+    if not o then return cliargs.usage_error(SPEC, perr) end
+    if o.help then return cliargs.help(SPEC) end
     local ok, uerr = require("moongraph.redis").parse_url(o.redis)
     if not ok then
       io.stderr:write("moongraph submit: --redis: ", uerr, "\n")
@@ -124,9 +146,11 @@ return {
     end
     local job_id = o.attach
     if not job_id then
+      local user = o.user or os.getenv("USER")
+      if user == "" then user = nil end
       local sok, id, entry = pcall(c.submit, c, {
-        message = o.message, thread_id = o.thread, user_id = o.user or os.getenv("USER") or "cli",
-        job_id = o.job, user_location = o.location, script = o.script,
+        input = o.job_input, thread_id = o.thread, user_id = user or "cli",
+        job_id = o.job, script = o.script,
       })
       if not sok then
         io.stderr:write("moongraph submit: ", (tostring(id):gsub("^bad argument #1 to 'submit' %((.*)%)$", "%1")), "\n")
