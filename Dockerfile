@@ -53,8 +53,11 @@ COPY nodes/ nodes/
 COPY prompts/ prompts/
 COPY data/ data/
 USER moongraph
+# The pipeline the worker runs (the worker has no default; NAME=PATH, more
+# than one comma-separated): the Eco² chat pipeline of this repository.
+ENV MOONGRAPH_WORKER_SCRIPT=chat=scripts/eco/chat.lua
 # SIGTERM drains: running jobs get --grace seconds (25 by default), so give
 # the container at least that before it is killed.
 STOPSIGNAL SIGTERM
 ENTRYPOINT ["/usr/local/bin/moongraph"]
-CMD ["worker", "--script", "chat=scripts/eco/chat.lua", "--concurrency", "32"]
+CMD ["worker", "--concurrency", "32"]

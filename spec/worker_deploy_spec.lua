@@ -137,6 +137,35 @@ describe("the worker container", function()
   end)
 end)
 
+-- The scripts a Dockerfile ENV line or a Kubernetes env entry names
+-- (MOONGRAPH_WORKER_SCRIPT, NAME=PATH, comma-separated): their paths.
+local function script_paths(value)
+  local out = {}
+  for spec in value:gmatch("[^,%s]+") do out[#out + 1] = spec:match("^[%w_%-%.]+=(.+)$") or spec end
+  return out
+end
+
+describe("the worker's script", function()
+  it("is named by the image, and exists in it", function()
+    local value = read("Dockerfile"):match("\nENV MOONGRAPH_WORKER_SCRIPT=(%S+)")
+    assert.is_string(value, "the Dockerfile must set MOONGRAPH_WORKER_SCRIPT (the worker has no default)")
+    local paths = script_paths(value)
+    assert.is_true(#paths > 0)
+    for _, p in ipairs(paths) do
+      assert.is_true(os.execute("test -f '" .. p .. "'") == true, p .. " does not exist")
+      assert.matches("^scripts/", p)      -- copied into /app by COPY scripts/
+    end
+  end)
+
+  it("is named by the Kubernetes example", function()
+    local value = read("deploy/worker.yaml"):match("name: MOONGRAPH_WORKER_SCRIPT%s+value: (%S+)")
+    assert.is_string(value)
+    for _, p in ipairs(script_paths(value)) do
+      assert.is_true(os.execute("test -f '" .. p .. "'") == true, p .. " does not exist")
+    end
+  end)
+end)
+
 describe("the Kubernetes example", function()
   local y = read("deploy/worker.yaml")
 
