@@ -69,8 +69,33 @@ local function in_task(fn, ...)
   return tasks.run(fn, ...)
 end
 
+-- The input's keys the graph takes (its input schema; a Command passes).
+local function input_of(self, input)
+  local keys = self.input_keys
+  if not keys or type(input) ~= "table" or control.is_command(input) then return input end
+  local out = {}
+  for k, v in pairs(input) do
+    if keys[k] then out[k] = v end
+  end
+  return out
+end
+
+-- The state's keys the graph gives back (its output schema), and the
+-- interrupts of a paused run.
+local function output_of(self, values)
+  local keys = self.output_keys
+  if not keys or type(values) ~= "table" then return values end
+  local out = {}
+  for k, v in pairs(values) do
+    if keys[k] or k == "__interrupt__" then out[k] = v end
+  end
+  return out
+end
+_M.output_of = output_of
+
 local function invoke(self, input, cfg)
-  return engine.run(self, input, cfg, nil)
+  local values, err = engine.run(self, input_of(self, input), cfg, nil)
+  return output_of(self, values), err
 end
 
 function app:invoke(input, cfg)
@@ -85,6 +110,7 @@ function app:invoke(input, cfg)
 end
 
 local ALL_MODES = events.MODES
+local MODE_NAMES = table.concat(ALL_MODES, ", ")
 local DEFAULT_MODES = { values = true, updates = true, messages = true, custom = true }
 local known_modes = {}
 for _, m in ipairs(ALL_MODES) do known_modes[m] = true end
@@ -94,7 +120,8 @@ local DONE = {}
 --[[ stream(input, cfg) -> iterator
 Runs the graph in its own task and yields its events as they happen.
 cfg.stream_mode (or cfg.modes) selects the modes (a list or a single name;
-default values, updates, messages, custom). A failed run raises its error
+default values, updates, messages, custom); cfg.subgraphs = false leaves out
+the events of subgraphs (their ns is not ""). A failed run raises its error
 from the iterator once the events before the failure are consumed. Leaving
 the loop early cancels the run. ]]
 function app:stream(input, cfg)
@@ -118,7 +145,7 @@ function app:stream(input, cfg)
     for _, m in ipairs(list) do
       if not known_modes[m] then
         error("bad argument #2 to 'stream': unknown mode '" .. tostring(m) ..
-          "' (expected values, updates, messages, custom, tasks, debug)", 2)
+          "' (expected " .. MODE_NAMES .. ")", 2)
       end
       modes[m] = true
     end
@@ -127,9 +154,23 @@ function app:stream(input, cfg)
   if main or not tasks.current() then
     error("app:stream must be called inside a moongraph task (mg.run, mg.spawn or the CLI)", 2)
   end
+  if cfg.subgraphs ~= nil and type(cfg.subgraphs) ~= "boolean" then
+    error("bad argument #2 to 'stream': subgraphs must be a boolean", 2)
+  end
   local q = tasks.queue()
-  local sink = { modes = modes, put = function(ev) q:put(ev) end }
+  local root_only = cfg.subgraphs == false
+  local filter = self.output_keys ~= nil
+  local sink = { modes = modes, put = function(ev)
+    local ns = ev.ns
+    if ns ~= nil and ns ~= "" then
+      if root_only then return end
+    elseif filter and ev.mode == "values" then
+      ev.data = output_of(self, ev.data)
+    end
+    q:put(ev)
+  end }
   local failure = nil
+  input = input_of(self, input)
   local task = tasks.spawn(function()
     local ok, values, err = pcall(engine.run, self, input, cfg, sink)
     if not ok then failure = values

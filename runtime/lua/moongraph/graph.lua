@@ -31,6 +31,18 @@ _M.START = START
 _M.END = END
 _M.Send = control.Send
 _M.Command = control.Command
+_M.Overwrite = control.Overwrite
+_M.PARENT = control.PARENT
+
+--[[ interrupt(value) -> the resume value: ctx.interrupt of the node the
+calling task is running, spelled as LangGraph's interrupt(). ]]
+function _M.interrupt(value)
+  local ctx = require("moongraph.engine.context").current()
+  if not ctx then
+    error("interrupt: not inside a graph node (call it from the node's own task, or use ctx.interrupt)", 2)
+  end
+  return ctx.interrupt(value)
+end
 _M.reducers = reducers
 
 -- mg.checkpoint is loaded on first use: the file saver needs the C store.
@@ -104,18 +116,55 @@ local function parse_schema(schema)
   return reds, declared
 end
 
---[[ new(schema) -> builder
+-- A set of key names from a list of names or a schema table.
+local function key_set(v, what)
+  if type(v) ~= "table" then
+    error("bad argument #2 to 'graph': " .. what .. " must be a list of state keys or a schema table", 3)
+  end
+  local set, any = {}, false
+  for k, x in pairs(v) do
+    local name = type(k) == "number" and x or k
+    if type(name) ~= "string" then
+      error("bad argument #2 to 'graph': " .. what .. " holds a " .. type(name) .. "; state keys are strings", 3)
+    end
+    set[name] = true
+    any = true
+  end
+  if not any then error("bad argument #2 to 'graph': " .. what .. " is empty", 3) end
+  return set
+end
+
+--[[ new(schema [, {input =, output =}]) -> builder
 schema maps state keys to reducers (functions or the names "last", "append",
 "merge", "add", "messages"); list entries declare `last` keys by name. Keys
 not in the schema are accepted and use `last`. The built-in key `errors`
-(append) collects the failures of fail_open nodes. ]]
-function _M.new(schema)
+(append) collects the failures of fail_open nodes.
+input and output (lists of keys, or schema tables) are LangGraph's input
+and output schemas: invoke and stream take only the input keys of their
+input (others are ignored) and give back only the output keys (`values`
+events and the result); the other keys are the graph's private state. ]]
+function _M.new(schema, opts)
   local reds, declared = parse_schema(schema)
   if reds.errors == nil then reds.errors = reducers.append end
   if declared then declared.errors = true end
+  local input_keys, output_keys = nil, nil
+  if opts ~= nil then
+    if type(opts) ~= "table" then
+      error("bad argument #2 to 'graph': options table {input =, output =} expected, got " .. type(opts), 2)
+    end
+    for k in pairs(opts) do
+      if k ~= "input" and k ~= "output" then
+        error("bad argument #2 to 'graph': unknown option '" .. tostring(k) .. "' (expected input, output)", 2)
+      end
+    end
+    if opts.input ~= nil then input_keys = key_set(opts.input, "input") end
+    if opts.output ~= nil then output_keys = key_set(opts.output, "output") end
+  end
   return setmetatable({
     _reducers = reds,
     _declared = declared,     -- nil: every key counts as declared
+    _input = input_keys,
+    _output = output_keys,
     _nodes = {},
     _order = {},
     _edges = {},
@@ -326,6 +375,39 @@ function builder:add_conditional_edges(source, router, path_map)
   return self
 end
 
+--[[ add_sequence(list) -> self
+Nodes that run one after the other: each entry is {name, fn [, opts]} or a
+node table {name = ..., run = fn, policy =, timeout =, ...} (the shape of
+nodes/*.lua); an edge joins each to the next. ]]
+function builder:add_sequence(list)
+  if type(list) ~= "table" or #list == 0 then
+    error("bad argument #1 to 'add_sequence': non-empty list of nodes expected", 2)
+  end
+  local names = {}
+  for i, e in ipairs(list) do
+    if type(e) ~= "table" then
+      error("bad argument #1 to 'add_sequence': entry " .. i .. " must be {name, fn} or {name =, run =}", 2)
+    end
+    local name, fn, opts
+    if e[1] ~= nil then
+      name, fn, opts = e[1], e[2], e[3]
+    else
+      name, fn = e.name, e.run
+      opts = {}
+      for _, k in ipairs { "retry", "timeout", "policy", "defer", "cache", "destinations", "metadata" } do
+        opts[k] = e[k]
+      end
+    end
+    if type(name) ~= "string" then
+      error("bad argument #1 to 'add_sequence': entry " .. i .. " has no name", 2)
+    end
+    self:add_node(name, fn, opts)
+    names[i] = name
+  end
+  for i = 2, #names do self:add_edge(names[i - 1], names[i]) end
+  return self
+end
+
 function builder:set_entry_point(name) return self:add_edge(START, name) end
 function builder:set_finish_point(name) return self:add_edge(name, END) end
 
@@ -388,7 +470,7 @@ end
 
 local compile_fields = {
   checkpointer = true, recursion_limit = true, interrupt_before = true,
-  interrupt_after = true, name = true, durability = true,
+  interrupt_after = true, name = true, durability = true, store = true,
 }
 
 local function node_set(self, list, what)
@@ -406,8 +488,9 @@ local function node_set(self, list, what)
   return set
 end
 
---[[ compile{checkpointer, recursion_limit, interrupt_before, interrupt_after,
-name, durability} -> compiled graph. Raises naming the first problem found. ]]
+--[[ compile{checkpointer, store, recursion_limit, interrupt_before,
+interrupt_after, name, durability} -> compiled graph. Raises naming the first
+problem found. store: the long-term store nodes see as ctx.store. ]]
 function builder:compile(opts)
   opts = opts or {}
   if type(opts) ~= "table" then
@@ -416,7 +499,7 @@ function builder:compile(opts)
   for k in pairs(opts) do
     if not compile_fields[k] then
       error("bad argument #1 to 'compile': unknown option '" .. tostring(k) ..
-        "' (expected checkpointer, recursion_limit, interrupt_before, interrupt_after, name, durability)", 2)
+        "' (expected checkpointer, store, recursion_limit, interrupt_before, interrupt_after, name, durability)", 2)
     end
   end
   local cp = opts.checkpointer
@@ -566,12 +649,15 @@ function builder:compile(opts)
     reducers = self._reducers,
     declared = self._declared,
     checkpointer = cp,
+    store = opts.store,
     recursion_limit = limit,
     durability = durability,
     interrupt_before = ib,
     interrupt_after = ia,
     has_joins = has_joins,
     records_seen = records_seen,
+    input_keys = self._input,
+    output_keys = self._output,
     -- kept for rendering
     edges = self._edges,
     joins = self._joins,

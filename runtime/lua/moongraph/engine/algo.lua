@@ -26,6 +26,7 @@ local branch = require "moongraph.engine.branch"
 
 local END, START = control.END, control.START
 local batch = reducers.batch
+local is_overwrite = control.is_overwrite
 
 local _M = {}
 
@@ -255,10 +256,42 @@ function _M.apply_input(run, values, input)
     if type(k) ~= "string" then
       error("state keys must be strings, got a " .. type(k) .. " key", 0)
     end
+    local over, ov = is_overwrite(v)
     local red = reds[k]
-    if red then new[k] = red(new[k], v) else new[k] = v end
+    if over then new[k] = ov
+    elseif red then new[k] = red(new[k], v) else new[k] = v end
   end
   return new
+end
+
+--[[ The writes `l` of one step to key k (in plan order) through its reducer
+red (nil: `last`), from `old`. An Overwrite replaces the value, and the
+writes after it in the step are dropped (LangGraph's rule); two Overwrites
+are an error naming the writers. ]]
+local function fold(k, red, old, l, writers, label)
+  local first_over = nil
+  for j = 1, #l do
+    if is_overwrite(l[j]) then
+      if first_over then
+        error("state key '" .. k .. "' got two Overwrites in the same step (from " ..
+          label(writers[first_over]) .. " and " .. label(writers[j]) .. ")", 0)
+      end
+      first_over = j
+    end
+  end
+  if not first_over then
+    if red == nil then return l[1] end
+    if l[2] == nil then return red(old, l[1]) end
+    local b = batch[red]
+    if b then return b(old, l) end
+    local v = old
+    for j = 1, #l do v = red(v, l[j]) end
+    return v
+  end
+  local v = old
+  for j = 1, first_over - 1 do v = red and red(v, l[j]) or l[j] end
+  local _, ov = is_overwrite(l[first_over])
+  return ov
 end
 
 -- "'node'" or "'node' (send 3)", for messages
@@ -305,8 +338,10 @@ function _M.apply_writes(run, tasks, results, cmd)
     if up then
       for k, v in pairs(up) do
         if type(k) ~= "string" then bad_key(k, "node '" .. tasks[1].node .. "'") end
+        local over, ov = is_overwrite(v)
         local red = reds[k]
-        if red then new[k] = red(new[k], v) else new[k] = v end
+        if over then new[k] = ov
+        elseif red then new[k] = red(new[k], v) else new[k] = v end
       end
     end
     return new
@@ -334,31 +369,17 @@ function _M.apply_writes(run, tasks, results, cmd)
     local res = results[i]
     if res.update then collect(res.update, i) end
   end
+  local function label(w) return type(w) == "number" and task_label(tasks[w]) or w end
   for _, k in ipairs(keys) do
     local l = lists[k]
     local red = reds[k]
-    if red == nil then
-      if l[2] ~= nil then
-        local w = writers[k]
-        local a = type(w[1]) == "number" and task_label(tasks[w[1]]) or w[1]
-        local b = type(w[2]) == "number" and task_label(tasks[w[2]]) or w[2]
-        error("state key '" .. k .. "' was written by " .. a .. " and " .. b ..
-          " in the same step, but its reducer is `last`; declare a reducer for '" .. k ..
-          "' in the schema (e.g. mg.reducers.append)", 0)
-      end
-      new[k] = l[1]
-    elseif l[2] == nil then
-      new[k] = red(new[k], l[1])
-    else
-      local b = batch[red]
-      if b then
-        new[k] = b(new[k], l)
-      else
-        local v = new[k]
-        for j = 1, #l do v = red(v, l[j]) end
-        new[k] = v
-      end
+    if red == nil and l[2] ~= nil then
+      local w = writers[k]
+      error("state key '" .. k .. "' was written by " .. label(w[1]) .. " and " .. label(w[2]) ..
+        " in the same step, but its reducer is `last`; declare a reducer for '" .. k ..
+        "' in the schema (e.g. mg.reducers.append)", 0)
     end
+    new[k] = fold(k, red, new[k], l, writers[k], label)
   end
   return new
 end
@@ -371,8 +392,10 @@ function _M.local_state(run, update)
   if update then
     local reds = run.reducers
     for k, v in pairs(update) do
+      local over, ov = is_overwrite(v)
       local r = reds[k]
-      if r then s[k] = r(s[k], v) else s[k] = v end
+      if over then s[k] = ov
+      elseif r then s[k] = r(s[k], v) else s[k] = v end
     end
   end
   return s

@@ -77,6 +77,7 @@ function _M.save(run, plan, source, ran)
     next = next_list, barriers = barriers, deferred = deferred,
   }
   local md = { source = source, step = run.step, ran = ran }
+  run.cp_parent = run.cp_id
   writer.put(run, "put", writer.cfg(run, run.cp_id), cp, md)
   if run.writer.mode ~= "exit" then run.saved_id = id end
   run.cp_id = id
@@ -84,6 +85,16 @@ function _M.save(run, plan, source, ran)
   if sink and sink.modes.debug then
     events.emit(run, "debug", nil, nil, { type = "checkpoint", step = run.step, id = id,
       values = run.values, next = next_list, metadata = md })
+  end
+  if sink and sink.modes.checkpoints then
+    local names = {}
+    for i, e in ipairs(next_list) do names[i] = e.node end
+    local parent = run.cp_parent
+    events.emit(run, "checkpoints", nil, nil, {
+      config = writer.cfg(run, id), values = run.values, next = names, metadata = md,
+      created_at = cp.ts,
+      parent_config = parent and writer.cfg(run, parent) or nil,
+    })
   end
 end
 

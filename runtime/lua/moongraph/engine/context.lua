@@ -6,6 +6,10 @@ router: what a node may know of its run and do in it.
   ctx.task_id         "<step>:<node>" or "<step>:<node>#<send>"
   ctx.step, ctx.ns    the superstep, the checkpoint namespace ("" at the root)
   ctx.config          the run's config (the table given to invoke/stream)
+  ctx.context         cfg.context, read-only: LangGraph's runtime context (what
+                      a run depends on: a user id, a client, a connection)
+  ctx.store           the long-term store the graph was compiled with (the
+                      root graph's, in a subgraph without its own)
   ctx.attempt         1, 2, ... under a retry policy
   ctx.failures        the failures earlier in this task: a fallback node sees
                       {node, error, attempts} of each node that failed before it
@@ -19,11 +23,18 @@ router: what a node may know of its run and do in it.
 Every task gets a ctx of its own, so a ctx a node keeps (in a closure, a
 spawned task) always speaks for that node. The engine's own references live
 under keys user code cannot name.
+
+While a node runs, its ctx is also the current one of the task running it
+(context.current()): mg.interrupt(value) and an LLM call made without a
+`stream` callback find it there, as LangGraph's interrupt() and its callbacks
+do. (A task the node spawns has none.)
 ]]
 
-local type, pairs, tostring, error, setmetatable, getmetatable, rawget =
-  type, pairs, tostring, error, setmetatable, getmetatable, rawget
+local type, pairs, next, tostring, error, setmetatable, getmetatable, rawget =
+  type, pairs, next, tostring, error, setmetatable, getmetatable, rawget
 local string_find = string.find
+
+local tasks = require "moongraph.tasks"
 
 local control = require "moongraph.control"
 local algo = require "moongraph.engine.algo"
@@ -148,9 +159,24 @@ function methods.run_subgraph(ctx)
   end
 end
 
+-- A read-only view of a table.
+local function read_only(t)
+  return setmetatable({}, { __index = t, __newindex = function(_, k)
+    error("ctx.context is read-only (set '" .. tostring(k) .. "' in the config's context before the run)", 2)
+  end, __pairs = function() return next, t, nil end })
+end
+
 -- fields computed on access, so that making a ctx costs one small table
 local fields = {
   config = function(ctx) return ctx[RUN].cfg end,
+  store = function(ctx) return ctx[RUN].store end,
+  context = function(ctx)
+    local c = ctx[RUN].cfg.context
+    if type(c) ~= "table" then return c end
+    local v = read_only(c)
+    ctx.context = v
+    return v
+  end,
   step = function(ctx) return ctx[RUN].step + 1 end,
   ns = function(ctx) return ctx[RUN].ns end,
   attempt = function() return 1 end,
@@ -196,12 +222,24 @@ end
 -- namespaces claimed again.
 function _M.new_attempt(ctx)
   local st = ctx[ATTEMPT]
-  if st then st.interrupts, st.subgraphs = 0, nil end
+  if st then st.interrupts, st.subgraphs, st.calls = 0, nil, nil end
 end
 
 -- The failures before the node now running in this task (a fallback chain).
 function _M.set_failures(ctx, chain)
   attempt_state(ctx).chain = chain
+end
+
+--[[ A call of a functional-API task (moongraph.functional) made by this
+attempt of the node: its place in the order of calls -> id, saved writes
+(the writes a run that stopped earlier saved for the same call, or nil). ]]
+function _M.task_call(ctx, name)
+  local st = attempt_state(ctx)
+  local n = (st.calls or 0) + 1
+  st.calls = n
+  local id = ctx.task_id .. "/" .. name .. "#" .. n
+  local saved = ctx[RUN].saved_writes
+  return id, saved and saved[id] or nil
 end
 
 -- claim_namespace(ctx, ns) -> true | nil when this attempt already ran a
@@ -216,6 +254,39 @@ function _M.claim_namespace(ctx, ns)
 end
 
 function _M.run_of(ctx) return rawget(ctx, RUN) end
+
+-- the ctx of the node each task is running (weak: a finished task's goes)
+local current = setmetatable({}, { __mode = "k" })
+
+-- bind(ctx) -> task, before: ctx is current in the running task until
+-- unbind(task, before) (a task cancelled meanwhile takes its entry along)
+function _M.bind(ctx)
+  local task = tasks.current()
+  if not task then return nil end
+  local before = current[task]
+  current[task] = ctx
+  return task, before
+end
+
+function _M.unbind(task, before)
+  if task then current[task] = before end
+end
+
+-- current() -> the ctx of the node the running task is running, or nil
+function _M.current()
+  local task = tasks.current()
+  return task and current[task] or nil
+end
+
+-- token_sink() -> ctx.stream_token of the current node when its run is
+-- streamed in `messages` mode, else nil
+function _M.token_sink()
+  local ctx = _M.current()
+  if not ctx then return nil end
+  local sink = ctx[RUN].sink
+  if sink and sink.modes.messages then return ctx.stream_token end
+  return nil
+end
 function _M.is_ctx(v) return type(v) == "table" and getmetatable(v) == mt end
 function _M.task_of(ctx) return rawget(ctx, TASK) end
 

@@ -13,6 +13,8 @@ A stream event is {mode, node, task_id, ns, step, data}; the stream's sink
             chain}: a failed = true task failed under fail_open, its
             error says why; chain lists the fallback chain's failures)
   debug     tasks and checkpoints, wrapped as {type = "task"|"task_result"|"checkpoint", ...}
+  checkpoints  each checkpoint as it is saved, in the form of get_state:
+            {config, parent_config, values, next, metadata, created_at}
   custom    ctx.emit(value)
   messages  ctx.stream_token(text) (LLM tokens)
 ]]
@@ -21,7 +23,7 @@ local now = require("moongraph.tasks").now
 
 local _M = {}
 
-_M.MODES = { "values", "updates", "messages", "custom", "tasks", "debug" }
+_M.MODES = { "values", "updates", "messages", "custom", "tasks", "debug", "checkpoints" }
 
 function _M.emit(run, mode, node, task_id, data)
   local sink = run.sink

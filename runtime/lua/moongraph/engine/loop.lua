@@ -68,11 +68,14 @@ local function new_run(app, cfg, parent, ns, sink, trace)
     values = nil, step = -1, root = not parent, records = nil,
     saver = nil, writer = nil, thread_id = nil, exit = nil,
     sink = sink, trace = trace, copy_on_write = false, observed = false, records_kept = false,
-    cp_id = nil, saved_id = nil, last_id = nil,
-    barriers = nil, deferred = nil, results = nil, inline_res = nil, loop = _M,
+    cp_id = nil, cp_parent = nil, saved_id = nil, last_id = nil,
+    barriers = nil, deferred = nil, results = nil, inline_res = nil, store = nil,
+    saved_writes = nil, loop = _M,
   }
+  run.store = app.store
   if parent then
     run.saver, run.writer, run.thread_id = parent.saver, parent.writer, parent.thread_id
+    run.store = run.store or parent.store
   else
     local saver = app.checkpointer
     if saver then
@@ -357,6 +360,7 @@ local function start(run, input, cfg, resume_cmd)
   if input == nil and tuple and tuple.checkpoint.next and tuple.checkpoint.next[1] then
     local plan = checkpoint.restore(run, tuple, true)
     local by = forked and {} or algo.group_writes(tuple)
+    run.saved_writes = by
     local results, pending = {}, {}
     for i, t in ipairs(plan) do
       local w = by[t.id]
@@ -532,7 +536,13 @@ function _M.run_subgraph(run, ctx, sub, input, name, on_event)
     resume_cmd = t.resume_cmd
     t.resume_cmd, t.resume_ns = nil, nil
   end
-  local values, err = start(sub_run, input, run.cfg, resume_cmd)
+  -- the subgraph takes its input schema's part of what it is given
+  local sub_input = input
+  if sub.input_keys then
+    sub_input = {}
+    for k, v in pairs(input) do if sub.input_keys[k] then sub_input[k] = v end end
+  end
+  local values, err = start(sub_run, sub_input, run.cfg, resume_cmd)
   local fok, ferr = writer.flush(sub_run)
   if sub_run.exit then t.sub_exit[ns] = nil end
   if values == nil then error(err, 0) end
@@ -540,7 +550,13 @@ function _M.run_subgraph(run, ctx, sub, input, name, on_event)
   if values.__interrupt__ then
     error(control.interrupt_error(values.__interrupt__), 0)
   end
-  return values, subgraph.write_back(run, input, values)
+  -- what the subgraph gives back is its output schema's part of its state
+  local out = values
+  if sub.output_keys then
+    out = {}
+    for k, v in pairs(values) do if sub.output_keys[k] then out[k] = v end end
+  end
+  return out, subgraph.write_back(run, input, out)
 end
 
 --[[ subgraph_node(run, spec, input, ctx) -> update for the parent

@@ -16,8 +16,9 @@ local math_random = math.random
 local tasks = require "moongraph.tasks"
 local control = require "moongraph.control"
 local branch = require "moongraph.engine.branch"
+local context = require "moongraph.engine.context"
 
-local is_interrupt = control.is_interrupt
+local is_interrupt, is_parent_command = control.is_interrupt, control.is_parent_command
 local handler = branch.handler
 
 local _M = {}
@@ -31,7 +32,10 @@ function _M.backoff(r, n)
 end
 
 local function attempt(call, spec, input, ctx)
-  return xpcall(call, handler, spec, input, ctx)
+  local task, before = context.bind(ctx)
+  local ok, v = xpcall(call, handler, spec, input, ctx)
+  context.unbind(task, before)
+  return ok, v
 end
 
 local function attempt_timed(call, spec, input, ctx)
@@ -52,6 +56,11 @@ function _M.run(spec, input, ctx, call)
   while true do
     ctx.attempt = n
     local ok, v = once(call, spec, input, ctx)
+    if is_parent_command(v) then
+      -- a subgraph run by this node sent a Command to this graph: the
+      -- node's result, as if it had returned it
+      return true, control.Command { update = v.command.update, to = v.command.to }, n
+    end
     if ok or is_interrupt(v) or not r or n >= r.max_attempts then return ok, v, n end
     if r.retry_on then
       local pok, again = pcall(r.retry_on, v)

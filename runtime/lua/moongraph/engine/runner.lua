@@ -23,7 +23,8 @@ local _M = {}
 
 local function finished(run, t, res)
   if run.observed then events.task_finished(run, t, res) end
-  if run.saver then
+  -- a Command to the parent graph ends this (sub)graph run: nothing to save
+  if run.saver and not res.parent then
     local w = algo.to_writes(res, t.resume)
     if not w[1] then w[1] = { "__done__", true } end
     writer.save_writes(run, t.id, w)

@@ -37,6 +37,7 @@ local retry = require "moongraph.engine.retry"
 local context = require "moongraph.engine.context"
 
 local is_command, is_interrupt = control.is_command, control.is_interrupt
+local is_parent_command = control.is_parent_command
 local handler = branch.handler
 local now = tasks.now
 
@@ -139,8 +140,14 @@ function _M.run(run, t, reuse)
   if t.send then input = t.arg else input = run.values end
   local ok, v, ran, attempts, chain, cached, failed
   if spec.plain then
+    local task, before = nil, nil
+    if ctx then task, before = context.bind(ctx) end
     ok, v = xpcall(spec.fn, handler, input, ctx)
+    if task then context.unbind(task, before) end
     ran, attempts = t.node, 1
+    if not ok and is_parent_command(v) then
+      ok, v = true, control.Command { update = v.command.update, to = v.command.to }
+    end
     if not ok and not is_interrupt(v) then
       if type(v) ~= "string" then v = tostring(short_error(v)) end
       v = "node '" .. ran .. "' failed: " .. v
@@ -186,6 +193,16 @@ function _M.run(run, t, reuse)
     end
     if v.resume ~= nil then
       return route_error(res, "node '" .. ran .. "' returned Command{resume=...}; resume is for the caller of invoke()")
+    end
+    if v.graph == control.PARENT then
+      if run.root then
+        return route_error(res, "node '" .. ran .. "' returned Command{graph = mg.PARENT}, " ..
+          "but its graph is not running as a subgraph")
+      end
+      -- the subgraph ends here; the parent's task that ran it takes the command
+      res.status, res.parent = "error", true
+      res.update, res.error = nil, control.parent_command(v)
+      return res
     end
     res.update = v.update
     to = v.to
