@@ -252,7 +252,8 @@ local function judge(llm, state, grounding)
   local prompt, err = prompts.file("feedback.txt",
     { question = state.message or "", contexts = grounding, answer = state.answer or "" })
   if not prompt then return nil, err end
-  local res, cerr = llm:chat { messages = { { role = "user", content = prompt } },
+  -- the judge's JSON is not for the user: never in the token stream
+  local res, cerr = llm:chat { messages = { { role = "user", content = prompt } }, stream = false,
                                json_schema = _M.schema(), temperature = 0 }
   if not res then return nil, tostring(cerr) end
   local v = type(res) == "table" and res.json or nil

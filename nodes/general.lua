@@ -68,7 +68,8 @@ function _M.run(state, ctx)
   end
   local system, err = prompts.load("general.txt")
   if not system then error("general: " .. err, 0) end
-  local res, cerr = llm:chat { messages = _M.messages(system, state) }
+  -- a context for the answer, not the answer: never in the token stream
+  local res, cerr = llm:chat { messages = _M.messages(system, state), stream = false }
   if not res then error("general: LLM call failed: " .. tostring(cerr), 0) end
   local text = _M.reply_text(res)
   if not text or text:match("^%s*$") then

@@ -546,6 +546,7 @@ local function ask_llm(message, opts)
     },
     json_schema = json_schema(),
     timeout = opts.llm_timeout or _M.llm_timeout,
+    stream = false,   -- a decision, not text for the user
   }
   local llm = opts.llm
   local ok, res, cerr = pcall(llm.chat, llm, req)

@@ -324,7 +324,7 @@ function _M.main(argv, opts)
   local ok, err = pcall(function()
     for ev in app:stream(input, cfg) do
       local mode = ev.mode
-      if mode == "messages" then
+      if mode == "messages" and ev.node == "answer" then
         if not answer_open then
           answer_open = true
           out:write("\n")

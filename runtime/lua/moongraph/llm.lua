@@ -6,6 +6,8 @@
 --   local r, err = client:chat{                                -- from the environment
 --     messages = { { role = "user", content = "hi" } },
 --     stream = function(delta) io.write(delta) end,     -- tokens as they arrive
+--     -- (without `stream`, a call made in a graph node streamed in `messages`
+--     -- mode sends its tokens there; stream = false: never streamed)
 --     json_schema = { type = "object", required = { "intent" },
 --                     properties = { intent = { type = "string", enum = { "a", "b" } } } },
 --   }
@@ -25,6 +27,7 @@ local http = require "moongraph.http"
 local failover = require "moongraph.failover"
 local cjson = require "cjson.safe"
 local core = require "moongraph.core"
+local context = require "moongraph.engine.context"
 local jsonschema = require "moongraph.jsonschema"
 
 local type, pairs, ipairs, next, error, tostring, tonumber =
@@ -62,7 +65,7 @@ local NEW_OPTIONS = {
 
 local CHAT_OPTIONS = {
   messages = "table", model = "string", temperature = "number", max_tokens = "number",
-  stream = "function", json_schema = "table", schema_name = "string", strict = "boolean",
+  stream = "any", json_schema = "table", schema_name = "string", strict = "boolean",
   tools = "table", tool_choice = "any", extra = "table", timeout = "number",
 }
 
@@ -553,13 +556,39 @@ function Client:_chat(params, on_emit)
   return r2
 end
 
+-- The `stream` of a call: the caller's function; false for none; nil for
+-- the running graph node's token stream when the graph is being streamed in
+-- `messages` mode (as LangGraph streams every LLM call of a node), else none.
+local function stream_of(params)
+  local s = params.stream
+  if s ~= nil and s ~= false and type(s) ~= "function" then
+    error("bad argument #1 to 'chat': stream must be a function or false, got " .. type(s), 3)
+  end
+  if s == nil then
+    local sink = context.token_sink()
+    if sink then
+      local p = {}
+      for k, v in pairs(params) do p[k] = v end
+      p.stream = function(text) sink(text) end
+      return p
+    end
+  end
+  if s == false then
+    local p = {}
+    for k, v in pairs(params) do p[k] = v end
+    p.stream = nil
+    return p
+  end
+  return params
+end
+
 -- client:chat(params) -> result | nil, err
 function Client:chat(params)
   if type(params) ~= "table" then
     error("bad argument #1 to 'chat': table expected, got " .. type(params), 2)
   end
   check_options(params, CHAT_OPTIONS, "chat")
-  return self:_chat(params)
+  return self:_chat(stream_of(params))
 end
 
 ---------------------------------------------------------------- routed
@@ -630,7 +659,7 @@ function Routed:chat(params)
     error("bad argument #1 to 'chat': table expected, got " .. type(params), 2)
   end
   check_options(params, CHAT_OPTIONS, "chat")
-  return self:_chat(params)
+  return self:_chat(stream_of(params))
 end
 
 Routed.__tostring = function(self)
