@@ -10,6 +10,8 @@ local type, tonumber, tostring, ipairs, pairs =
   type, tonumber, tostring, ipairs, pairs
 local format = string.format
 
+local cliargs = require "moongraph.args"
+
 local _M = {}
 
 _M.USAGE = [[
@@ -129,6 +131,11 @@ local strings = {
   ["--metrics"] = "metrics", ["--log-level"] = "log_level", ["--prefix"] = "prefix",
 }
 
+-- the flags as moongraph.args reads them (values checked by set_number)
+local ARGS = { name = "worker", options = { script = "list" } }
+for flag in pairs(numeric) do ARGS.options[flag:sub(3)] = "string" end
+for flag in pairs(strings) do ARGS.options[flag:sub(3)] = "string" end
+
 local function set_number(cfg, flag, v)
   local spec = numeric[flag]
   local n = tonumber(v)
@@ -172,36 +179,24 @@ function _M.parse(args, getenv)
       scripts[#scripts + 1] = spec
     end
   end
-  local flag_scripts = {}
-  local i = 1
-  while i <= #args do
-    local a = args[i]
-    local flag, inline = a:match("^(%-%-[%w%-]+)=(.*)$")
-    flag = flag or a
-    local function value()
-      if inline then return inline end
-      i = i + 1
-      return args[i]
-    end
-    if flag == "-h" or flag == "--help" then
-      cfg.help = true
-    elseif numeric[flag] then
-      local v = value()
-      if v == nil then return nil, flag .. " needs a value" end
+  local o, perr = cliargs.parse(ARGS, args)
+  if not o then return nil, perr end
+  cfg.help = o.help
+  for flag, spec in pairs(numeric) do
+    local v = o[spec[1]]
+    if v ~= nil then
       ok, err = set_number(cfg, flag, v)
       if not ok then return nil, err end
-    elseif strings[flag] then
-      local v = value()
-      if v == nil or v == "" then return nil, flag .. " needs a value" end
-      cfg[strings[flag]] = v
-    elseif flag == "--script" then
-      local spec, serr = _M.script_spec(value())
-      if not spec then return nil, serr end
-      flag_scripts[#flag_scripts + 1] = spec
-    else
-      return nil, "unknown option '" .. a .. "'"
     end
-    i = i + 1
+  end
+  for _, key in pairs(strings) do
+    if o[key] ~= nil then cfg[key] = o[key] end
+  end
+  local flag_scripts = {}
+  for _, s in ipairs(o.script or {}) do
+    local spec, serr = _M.script_spec(s)
+    if not spec then return nil, serr end
+    flag_scripts[#flag_scripts + 1] = spec
   end
   if #flag_scripts > 0 then scripts = flag_scripts end
   if #scripts == 0 and not cfg.help then

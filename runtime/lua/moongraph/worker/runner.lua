@@ -36,6 +36,7 @@ local job = require "moongraph.worker.job"
 local events = require "moongraph.worker.events"
 local results = require "moongraph.worker.results"
 local checkpointer = require "moongraph.worker.checkpointer"
+local error_message = require("moongraph.text").error_message
 
 local type, tostring, pairs, ipairs, pcall, setmetatable, error =
   type, tostring, pairs, ipairs, pcall, setmetatable, error
@@ -48,10 +49,6 @@ local _M = {}
 _M.RECORD_ATTEMPTS = 3
 
 local function ms(sec) return floor(sec * 1e6 + 0.5) / 1000 end
-
-local function first_line(e)
-  return (tostring(e):gsub("\nstack traceback:.*$", ""))
-end
 
 -- Retry fn() -> ok | nil, err with backoff until it succeeds; the task may
 -- be cancelled meanwhile (drain, lost lease).
@@ -176,7 +173,7 @@ local function after_hook(log, what, fn, ...)
   persist(log, what, function()
     local ok, r, err = pcall(fn, table.unpack(args, 1, args.n))
     if not ok then
-      log:error(what .. " raised; not retried", { error = first_line(r) })
+      log:error(what .. " raised; not retried", { error = error_message(r) })
       return true
     end
     if r == nil and err ~= nil then return nil, err end
@@ -217,7 +214,7 @@ local function run_graph(W, script, input, cfg, em, log, attempt)
           local status = d.status
           local rec = { node = d.name, task_id = d.id, status = status, duration_ms = ms(dur),
                         ns = ev.ns ~= "" and ev.ns or nil, ran = d.ran }
-          if d.error ~= nil then rec.error = first_line(d.error) end
+          if d.error ~= nil then rec.error = error_message(d.error) end
           em:push("node_end", rec)
           if log_nodes then
             log:info("node finished", { node = d.name, task_id = d.id, status = status,
@@ -295,9 +292,9 @@ function _M.run(W, entry, js)
   if not tup then
     local iok, built, ierr = pcall(build_input, script, j, env)
     if not iok then
-      return dead(W, entry, "the script refused the job: " .. first_line(built), j.job_id, js)
+      return dead(W, entry, "the script refused the job: " .. error_message(built), j.job_id, js)
     end
-    if built == nil then return release(W, log, "input hook: " .. first_line(ierr)) end
+    if built == nil then return release(W, log, "input hook: " .. error_message(ierr)) end
     input = built
   end
   log:info(tup and "job resumed from its checkpoint" or "job started", {
@@ -320,7 +317,7 @@ function _M.run(W, entry, js)
   end
   if not state and transient(rerr) then
     mg.timeout(1, em.flush, em)
-    return release(W, log, first_line(rerr))
+    return release(W, log, error_message(rerr))
   end
 
   -- 4. store the result (and what the record hook writes) once
@@ -332,7 +329,7 @@ function _M.run(W, entry, js)
   if state then
     local xok, res = pcall(extract, script, state, j)
     if not xok then
-      row.status, row.error, row.state = "failed", "the result hook failed: " .. first_line(res), {}
+      row.status, row.error, row.state = "failed", "the result hook failed: " .. error_message(res), {}
     else
       row.status = state.__interrupt__ ~= nil and "interrupted" or "done"
       row.answer, row.state, extra.event = res.answer, res.state, res.event
@@ -345,7 +342,7 @@ function _M.run(W, entry, js)
       end
     end
   else
-    row.status, row.error, row.state = "failed", first_line(rerr), {}
+    row.status, row.error, row.state = "failed", error_message(rerr), {}
     extra.node = tostring(rerr):match("^node '([^']+)'")
   end
   local stored
@@ -357,7 +354,7 @@ function _M.run(W, entry, js)
     local also = record and function(tx)
       local ok, r, err = pcall(record, tx, j, state, row, env)
       if ok and not (r == nil and err ~= nil) then return true end
-      hook_err = first_line(ok and err or r)
+      hook_err = error_message(ok and err or r)
       return nil, "the record hook failed: " .. hook_err
     end or nil
     local ok, inserted, s = pcall(results.commit, W.db, row, also)
