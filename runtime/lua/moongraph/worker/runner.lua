@@ -188,7 +188,6 @@ end
 
 -- Run the graph, streaming its events; returns state | nil, err.
 local function run_graph(W, script, input, cfg, em, log, attempt)
-  local starts = {}
   local last_state = nil
   local metrics = W.metrics
   local log_nodes = log:enabled("info")
@@ -201,15 +200,11 @@ local function run_graph(W, script, input, cfg, em, log, attempt)
         end
       elseif mode == "tasks" then
         local d = ev.data
-        local k = (ev.ns or "") .. "|" .. tostring(d.id)
         if d.event == "start" then
-          starts[k] = mg.now()
           em:push("node_start", { node = d.name, task_id = d.id, ns = ev.ns ~= "" and ev.ns or nil,
                                   attempt = attempt })
         else
-          local t0 = starts[k]
-          starts[k] = nil
-          local dur = t0 and (mg.now() - t0) or 0
+          local dur = d.duration or 0
           metrics:observe("node", d.name, dur)
           local status = d.status
           local rec = { node = d.name, task_id = d.id, status = status, duration_ms = ms(dur),
@@ -284,12 +279,12 @@ function _M.run(W, entry, js)
 
   -- 3. start or resume the run
   local thread = checkpointer.thread(j.job_id)
-  local gok, tup, terr = pcall(W.saver.get, W.saver, { thread_id = thread })
-  if not gok or (tup == nil and terr) then
-    return release(W, log, "checkpointer: " .. tostring(gok and terr or tup))
+  local gok, saved, terr = pcall(W.saver.get, W.saver, { thread_id = thread })
+  if not gok or (saved == nil and terr) then
+    return release(W, log, "checkpointer: " .. tostring(gok and terr or saved))
   end
   local input = nil
-  if not tup then
+  if not saved then
     local iok, built, ierr = pcall(build_input, script, j, env)
     if not iok then
       return dead(W, entry, "the script refused the job: " .. error_message(built), j.job_id, js)
@@ -297,7 +292,7 @@ function _M.run(W, entry, js)
     if built == nil then return release(W, log, "input hook: " .. error_message(ierr)) end
     input = built
   end
-  log:info(tup and "job resumed from its checkpoint" or "job started", {
+  log:info(saved and "job resumed from its checkpoint" or "job started", {
     deliveries = entry.deliveries, script = script.name, thread_id = j.thread_id })
 
   local em = events.emitter(W.redis, key, { maxlen = cfg.events_maxlen, log = log, metrics = W.metrics })
@@ -309,9 +304,9 @@ function _M.run(W, entry, js)
   }
   js.phase = "running"
   local state, rerr
-  if tup and not (tup.checkpoint.next and tup.checkpoint.next[1]) then
+  if saved and not (saved.checkpoint.next and saved.checkpoint.next[1]) then
     -- the run had ended before the last attempt stopped: its final state
-    state = tup.checkpoint.values or {}
+    state = saved.checkpoint.values or {}
   else
     state, rerr = run_graph(W, script, input, run_cfg, em, log, entry.deliveries or 1)
   end
