@@ -142,11 +142,16 @@ function Entrypoint:stream(input, cfg)
   if input ~= nil and not control.is_command(input) then wrapped = { __input__ = input } end
   local iter, s, c, closer = self.graph:stream(wrapped, cfg)
   local name = self.name
+  -- a new input's first values event is the state before the entrypoint
+  -- ran: it still holds the thread's previous return value
+  local skip_input = wrapped ~= input
   local function next_event()
     while true do
       local ev = iter(s, c)
       if ev == nil then return nil end
-      if ev.mode == "values" then
+      if ev.mode == "values" and skip_input and (ev.ns == nil or ev.ns == "") then
+        skip_input = false
+      elseif ev.mode == "values" then
         if ev.data.__output__ ~= nil or ev.data.__interrupt__ then
           ev.data = output(ev.data)
           return ev
