@@ -9,7 +9,7 @@
 # installs) except the ones only the test suite uses, then `make` as in the
 # README. spec/worker_deploy_spec.lua checks that the lists stay in step.
 #
-#   test-only (not installed here): lua-busted redis-server postgresql libssl-dev procps iproute2 luarocks nodejs npm
+#   test-only (not installed here): lua-busted redis-server postgresql libssl-dev procps iproute2 graphviz luarocks nodejs npm
 #   (libssl-dev builds the specs' HTTPS test server, procps and iproute2 give
 #   the specs ps and ss; luarocks serves `luarocks make`, which the image does
 #   not use; nodejs and npm run the official MCP peers of the MCP specs)

@@ -34,6 +34,7 @@ local RUNTIME = {
   worker = "run jobs from a Redis stream (results in Postgres)",
   submit = "enqueue a job for the workers; --follow prints its events as they arrive",
   mcp = "serve the tools a Lua file declares over MCP (mcp serve FILE.lua)",
+  draw = "draw the graph a script builds (svg, png, pdf via Graphviz; dot, mermaid)",
 }
 
 local function by_name(a, b) return a.name < b.name end

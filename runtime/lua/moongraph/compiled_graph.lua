@@ -9,6 +9,7 @@ CompiledStateGraph).
                                        (also app:history)
   app:update_state(cfg, values [, as_node]) -> cfg of the new checkpoint
   app:mermaid()  app:dot()          -> diagram source
+  app:draw(path) app:draw_png(path) -> the drawing as an image (Graphviz)
 
 cfg: thread_id (required with a checkpointer), checkpoint_id (resume or fork
 from that checkpoint), recursion_limit, durability, stream_mode (stream; also
@@ -345,9 +346,41 @@ function app:mermaid()
   return render.mermaid(self)
 end
 
-function app:dot()
+function app:dot(opts)
   render = render or require "moongraph.render"
-  return render.dot(self)
+  return render.dot(self, opts)
+end
+
+-- draw(path [, {format =, depth =}]) -> true | nil, err: the drawing written
+-- to path as svg, png or pdf (format default: path's extension, else png),
+-- rendered by Graphviz. draw_png(path) and draw_svg(path) name the format.
+function app:draw(path, opts)
+  if type(path) ~= "string" or path == "" then
+    error("bad argument #1 to 'draw': file path expected, got " .. type(path), 2)
+  end
+  render = render or require "moongraph.render"
+  local format = opts and opts.format or path:match("%.(%a+)$")
+  if format ~= "svg" and format ~= "pdf" then format = "png" end
+  local bytes, err = render.image(self, format, opts)
+  if not bytes then return nil, err end
+  local f, ferr = io.open(path, "wb")
+  if not f then return nil, ferr end
+  local ok, werr = f:write(bytes)
+  local cok, cerr = f:close()
+  if not ok or not cok then return nil, tostring(werr or cerr) end
+  return true
+end
+
+function app:draw_png(path, opts)
+  local o = { format = "png" }
+  for k, v in pairs(opts or {}) do if k ~= "format" then o[k] = v end end
+  return self:draw(path, o)
+end
+
+function app:draw_svg(path, opts)
+  local o = { format = "svg" }
+  for k, v in pairs(opts or {}) do if k ~= "format" then o[k] = v end end
+  return self:draw(path, o)
 end
 
 return _M

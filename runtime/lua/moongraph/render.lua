@@ -6,7 +6,8 @@ path_map label when it differs from the target (a router without path_map
 may go anywhere, so it gets a dashed edge to every node and to END); join
 edges carry the label "join"; fallback nodes hang off their primary with a
 dotted "fallback" edge, Command destinations with a dotted "command" edge.
-Subgraph nodes are drawn as subroutine boxes. A node with no way out ends
+In mermaid, subgraph nodes are subroutine boxes; in dot, clusters that
+show the subgraph inside. A node with no way out ends
 the run, so it gets an edge to END.
 ]]
 
@@ -97,24 +98,86 @@ local function dot_q(s)
   return '"' .. string_gsub(s, '["\\]', "\\%0") .. '"'
 end
 
-function _M.dot(app)
-  local lines = { "digraph " .. dot_q(app.name or "graph") .. " {", "  rankdir=TB;" }
-  lines[#lines + 1] = "  " .. dot_q(START) .. ' [label="START", shape=oval];'
+local function dot_attrs(e)
+  local attrs = {}
+  if e.kind == "branch" then attrs[#attrs + 1] = "style=dashed"
+  elseif e.kind == "fallback" or e.kind == "command" then attrs[#attrs + 1] = "style=dotted" end
+  if e.label then attrs[#attrs + 1] = "label=" .. dot_q(e.label) end
+  return #attrs > 0 and (" [" .. table_concat(attrs, ", ") .. "]") or ""
+end
+
+--[[ The body of one graph: its nodes (a subgraph node as a cluster holding
+the subgraph, drawn the same way) and its edges. prefix names the nodes of a
+nested graph apart ("outer/inner"); the ids of its START and END are where
+the parent's edges into and out of the subgraph node attach. ]]
+local function dot_body(app, prefix, indent, lines, depth)
+  local function id(n)
+    if n == START then return prefix .. "__start__" end
+    if n == END then return prefix .. "__end__" end
+    return prefix .. n
+  end
+  local entry, exit = {}, {}      -- subgraph node -> its START / END id
+  lines[#lines + 1] = indent .. dot_q(id(START)) .. (prefix == "" and ' [label="START", shape=oval];'
+    or ' [label="", shape=circle, width=0.15, style=filled, fillcolor=black];')
   for _, n in ipairs(app.order) do
     local spec = app.nodes[n]
-    lines[#lines + 1] = "  " .. dot_q(n) .. (spec.sub and " [shape=box, peripheries=2];" or " [shape=box];")
+    if spec.sub and depth > 0 then
+      local inner = prefix .. n .. "/"
+      lines[#lines + 1] = indent .. "subgraph " .. dot_q("cluster_" .. prefix .. n) .. " {"
+      lines[#lines + 1] = indent .. "  label=" .. dot_q(n) .. "; style=rounded;"
+      dot_body(spec.sub, inner, indent .. "  ", lines, depth - 1)
+      lines[#lines + 1] = indent .. "}"
+      entry[n], exit[n] = inner .. "__start__", inner .. "__end__"
+    else
+      lines[#lines + 1] = indent .. dot_q(id(n)) .. " [label=" .. dot_q(n) ..
+        (spec.sub and ", shape=box, peripheries=2];" or ", shape=box];")
+    end
   end
-  lines[#lines + 1] = "  " .. dot_q(END) .. ' [label="END", shape=oval];'
+  lines[#lines + 1] = indent .. dot_q(id(END)) .. (prefix == "" and ' [label="END", shape=oval];'
+    or ' [label="", shape=doublecircle, width=0.1, style=filled, fillcolor=black];')
   for _, e in ipairs(edges_of(app)) do
-    local attrs = {}
-    if e.kind == "branch" then attrs[#attrs + 1] = "style=dashed"
-    elseif e.kind == "fallback" or e.kind == "command" then attrs[#attrs + 1] = "style=dotted" end
-    if e.label then attrs[#attrs + 1] = "label=" .. dot_q(e.label) end
-    local a = #attrs > 0 and (" [" .. table_concat(attrs, ", ") .. "]") or ""
-    lines[#lines + 1] = "  " .. dot_q(e.from) .. " -> " .. dot_q(e.to) .. a .. ";"
+    local from = exit[e.from] or id(e.from)
+    local to = entry[e.to] or id(e.to)
+    lines[#lines + 1] = indent .. dot_q(from) .. " -> " .. dot_q(to) .. dot_attrs(e) .. ";"
   end
+end
+
+--[[ dot(app [, {depth =}]) -> Graphviz source. Subgraphs are drawn inside
+their node as clusters, depth levels deep (default: all; 0 draws them as
+boxes). ]]
+function _M.dot(app, opts)
+  local depth = opts and opts.depth or math.huge
+  local lines = { "digraph " .. dot_q(app.name or "graph") .. " {", "  rankdir=TB; compound=true;",
+    '  graph [fontname="Noto Sans CJK KR,Noto Sans,sans-serif"];',
+    '  node [fontname="Noto Sans CJK KR,Noto Sans,sans-serif"];',
+    '  edge [fontname="Noto Sans CJK KR,Noto Sans,sans-serif", fontsize=10];' }
+  dot_body(app, "", "  ", lines, depth)
   lines[#lines + 1] = "}"
   return table_concat(lines, "\n") .. "\n"
+end
+
+local FORMATS = { svg = true, png = true, pdf = true }
+
+--[[ image(app, format [, {depth =, timeout =}]) -> bytes | nil, err: the
+drawing rendered by Graphviz's `dot` (svg, png or pdf), run as a child
+process on the loop (the calling task waits, others go on). ]]
+function _M.image(app, format, opts)
+  if not FORMATS[format] then
+    error("bad argument #2 to 'image': format must be svg, png or pdf, got " .. tostring(format), 2)
+  end
+  local process = require "moongraph.process"
+  local r, err = process.run({ "dot", "-T" .. format }, {
+    input = _M.dot(app, opts), timeout = opts and opts.timeout or 30 })
+  if not r then
+    if tostring(err):find("ENOENT", 1, true) or tostring(err):find("not found", 1, true) then
+      return nil, "drawing needs Graphviz's dot program (Debian package graphviz): " .. tostring(err)
+    end
+    return nil, "dot: " .. tostring(err)
+  end
+  if r.code ~= 0 then
+    return nil, "dot failed (exit " .. tostring(r.code or r.signal) .. "): " .. (r.stderr or "")
+  end
+  return r.stdout
 end
 
 return _M
