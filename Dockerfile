@@ -12,7 +12,8 @@
 #   test-only (not installed here): lua-busted redis-server postgresql libssl-dev procps iproute2 graphviz luarocks nodejs npm
 #   (libssl-dev builds the specs' HTTPS test server, procps and iproute2 give
 #   the specs ps and ss; luarocks serves `luarocks make`, which the image does
-#   not use; nodejs and npm run the official MCP peers of the MCP specs)
+#   not use; nodejs and npm run the official MCP peers of the MCP specs;
+#   graphviz renders the drawings `moongraph draw` and app:draw make)
 
 FROM debian:12-slim AS build
 ENV DEBIAN_FRONTEND=noninteractive
