@@ -75,10 +75,10 @@ test:
 
 asan:
 	@tools/install-deps
-	$(MAKE) BUILD=build-asan OUTLIB=build-asan/lib BIN=build-asan/moongraph \
+	$(MAKE) BUILD=build-asan OUTLIB=build-asan/lib BIN=moongraph-asan \
 	  OPT="-O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
 	  LDFLAGS="-fsanitize=address,undefined" all $(TEST_DEPS)
-	MOONGRAPH_BIN=build-asan/moongraph MOONGRAPH_LIBDIR=build-asan/lib \
+	MOONGRAPH_BIN=./moongraph-asan MOONGRAPH_LIBDIR=build-asan/lib \
 	  LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
 	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	  tools/run-specs
@@ -118,4 +118,4 @@ install-app: $(BIN)
 
 # Build outputs only (never LIBDIR or LUADIR: those are install targets).
 clean:
-	rm -rf $(BUILD) build-asan $(OUTLIB) $(BIN)
+	rm -rf $(BUILD) build-asan $(OUTLIB) $(BIN) moongraph-asan
