@@ -1,10 +1,20 @@
 -- The throwaway servers every database spec relies on.
 local servers = require "servers"
+local tmp = require "tmp"
 
 local function exists(path)
   local f = io.open(path, "r")
   if f then f:close() return true end
   return false
+end
+
+-- the first line a command prints, or raise
+local function command_output(cmd)
+  local f = assert(io.popen(cmd))
+  local line = f:read("l")
+  local ok, _, code = f:close()
+  assert(ok and line, cmd .. " failed (exit " .. tostring(code) .. ")")
+  return line
 end
 
 describe("spec/support/servers", function()
@@ -97,14 +107,20 @@ describe("spec/support/servers", function()
       assert.is_true(p:running())
     end)
 
-    if io.popen("id -u"):read("l") == "0" then
-      it("does not run the server as root", function()
-        local f = assert(io.popen(("env -u LD_PRELOAD ps -o user= -p %d"):format(p.pid)))
-        local user = f:read("l")
-        f:close()
-        assert.is_not.equals("root", user)
-      end)
-    end
+    it("does not run the server as root", function()
+      assert.is_number(p.pid)
+      local f = assert(io.popen(("env -u LD_PRELOAD ps -o uid= -p %d 2>&1"):format(p.pid)))
+      local out = f:read("a")
+      f:close()
+      local uid = tonumber(out:match("^%s*(%d+)%s*$"))
+      assert.is_number(uid, "ps gave no user id for the PostgreSQL pid " .. p.pid .. ": " .. out)
+      assert.are_not.equal(0, uid)
+      -- as root, the server runs as the unprivileged user servers.sh made
+      if command_output("id -u") == "0" then
+        local user = os.getenv("SERVERS_PG_USER") or "moongraph-test"
+        assert.are.equal(command_output("id -u " .. user), tostring(uid))
+      end
+    end)
   end)
 
   it("starts PostgreSQL with fsync on when asked to be durable, off by default", function()
@@ -126,12 +142,31 @@ describe("spec/support/servers", function()
     assert.equal("appendonly\nyes", aof)
   end)
 
+  it("refuses to start a server without ss instead of guessing a free port", function()
+    -- a PATH with the server programs and what servers.sh needs before it
+    -- looks for a port, but no ss
+    local bin = tmp.dir("path")
+    for _, prog in ipairs { "redis-server", "redis-cli", "psql", "ls", "sort" } do
+      local where = command_output("command -v " .. prog)
+      assert(os.execute(("ln -s '%s' '%s/%s'"):format(where, bin, prog)))
+    end
+    for _, kind in ipairs { "redis", "pg" } do
+      local f = assert(io.popen(("env PATH='%s' /bin/sh '%s' %s start 2>&1; echo \"exit=$?\""):format(
+        bin, servers.script, kind)))
+      local out = f:read("a")
+      f:close()
+      assert.matches("servers.sh: ss not found (install the iproute2 package)", out, 1, true)
+      assert.matches("exit=1\n$", out)
+    end
+  end)
+
   it("destroy removes the instance's directory", function()
     local r = servers.redis()
     local dir = r.dir
     assert.is_true(exists(dir .. "/server.env"))
     r:destroy()
     assert.is_false(exists(dir .. "/server.env"))
+    assert.is_true(os.execute("test ! -e '" .. dir .. "'"))
   end)
 
   it("a watchdog removes instances whose owner died", function()

@@ -35,14 +35,23 @@ PG_USER=${SERVERS_PG_USER:-moongraph-test}
 
 die() { echo "servers.sh: $*" >&2; exit 1; }
 
+# `ss` (iproute2) is how a free port is found; without it nothing can be
+# told free, and a port is never guessed.
+need_ss() {
+  command -v ss >/dev/null 2>&1 ||
+    die "ss not found (install the iproute2 package): it is how a free TCP port is found"
+}
+
 # A random TCP port in 20000..59999 that nothing listens on right now. The
 # caller still handles "address in use" (another process may take it first).
 free_port() {
+  need_ss
   i=0
   while [ $i -lt 50 ]; do
     n=$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')
     p=$((20000 + n % 40000))
-    if [ -z "$(ss -Hltn "sport = :$p" 2>/dev/null)" ]; then
+    listening=$(ss -Hltn "sport = :$p") || die "ss -Hltn failed; cannot tell whether port $p is free"
+    if [ -z "$listening" ]; then
       echo "$p"; return 0
     fi
     i=$((i + 1))
@@ -132,10 +141,11 @@ redis_start_new() {
   done
   command -v redis-server >/dev/null || die "redis-server not found (install the redis-server package)"
   command -v redis-cli >/dev/null || die "redis-cli not found (install the redis-tools package)"
+  need_ss
   dir=$(make_dir redis)
   attempt=0
   while :; do
-    port=$(free_port)
+    port=$(free_port) || { rm -rf "$dir"; exit 1; }
     {
       echo "port $port"
       echo "bind 127.0.0.1"
@@ -311,6 +321,7 @@ pg_start_new() {
   done
   BINDIR=$(pg_bindir) || die "PostgreSQL server binaries not found under /usr/lib/postgresql/*/bin (install the postgresql package)"
   command -v psql >/dev/null || die "psql not found (install postgresql-client)"
+  need_ss
   pg_ensure_user
   tpl=$(pg_template "$BINDIR")
   dir=$(make_dir pg)
@@ -318,7 +329,7 @@ pg_start_new() {
   cp -a "$tpl" "$dir/data"
   attempt=0
   while :; do
-    port=$(free_port)
+    port=$(free_port) || { rm -rf "$dir"; exit 1; }
     pg_write_conf "$dir" "$port" "$durable"
     {
       echo "KIND=pg"
