@@ -1,5 +1,6 @@
 local mg = require "moongraph"
 local cli = require "cli"
+local tmp = require "tmp"
 
 local OFFLINE = "env -u MOONGRAPH_LLM_BASE_URL -u MOONGRAPH_LLM_API_KEY -u AB_SELECTED_AGENT -u AB_CONFIG -u PLANNING_MODE"
 
@@ -15,13 +16,6 @@ local function ask(app, text, extra)
     end
   end)
   return final, events
-end
-
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  assert(os.execute("mkdir -p " .. cli.quote(d)))
-  return d
 end
 
 local function slurp(path)
@@ -68,7 +62,7 @@ describe("scripts/agents/ab_test", function()
   local ab = require "scripts.agents.ab_test"
 
   it("routes by the configuration file, read afresh on every call", function()
-    local dir = tmpdir()
+    local dir = tmp.dir()
     local path = dir .. "/ab.json"
     local function select_agent(key)
       local f = assert(io.open(path, "w"))
@@ -84,11 +78,10 @@ describe("scripts/agents/ab_test", function()
     assert.matches("^I am Agent A", a.answer)
     assert.equal("agent_b", b.agent)
     assert.matches("^I am Agent B", b.answer)
-    os.execute("rm -rf " .. cli.quote(dir))
   end)
 
   it("a configuration naming no known agent is an error", function()
-    local dir = tmpdir()
+    local dir = tmp.dir()
     local path = dir .. "/ab.json"
     local f = assert(io.open(path, "w"))
     f:write('{"selected_agent": "agent_z"}')
@@ -96,7 +89,6 @@ describe("scripts/agents/ab_test", function()
     local ok, err = pcall(ask, ab.build { config_path = path }, "hi")
     assert.is_false(ok)
     assert.matches("selects 'agent_z'; expected agent_a or agent_b", err)
-    os.execute("rm -rf " .. cli.quote(dir))
   end)
 
   it("AB_SELECTED_AGENT overrides the file from the command line", function()
@@ -112,7 +104,7 @@ describe("scripts/agents/planning", function()
   local planning = require "scripts.agents.planning"
 
   it("the basic agent writes; the planning agent only reads and answers with a plan", function()
-    local dir = tmpdir()
+    local dir = tmp.dir()
     local app = planning.build { dir = dir }
     local w = ask(app, "write notes.txt: buy milk")
     assert.equal("basic", w.agent)
@@ -125,18 +117,16 @@ describe("scripts/agents/planning", function()
     assert.same({ "planning mode on: planning agent" }, events)
     local r = ask(app, "read notes.txt", { mode = "planning" })
     assert.equal("notes.txt:\nbuy milk", r.answer)
-    os.execute("rm -rf " .. cli.quote(dir))
   end)
 
   it("paths stay inside the workspace", function()
-    local dir = tmpdir()
+    local dir = tmp.dir()
     local out = ask(planning.build { dir = dir }, "read ../../etc/passwd")
     assert.matches("leaves the workspace", out.answer)
-    os.execute("rm -rf " .. cli.quote(dir))
   end)
 
   it("runs from the command line in both modes", function()
-    local dir = tmpdir()
+    local dir = tmp.dir()
     local r = cli.run({ "run", "scripts/agents/planning.lua", "--dir", dir, "write a.txt: one" }, { env = OFFLINE })
     assert.equal(0, r.code)
     assert.matches("wrote 3 bytes to a.txt", r.out)
@@ -144,7 +134,6 @@ describe("scripts/agents/planning", function()
     assert.equal(0, r.code)
     assert.matches("%[agent%] planning", r.out)
     assert.equal("one", slurp(dir .. "/a.txt"))
-    os.execute("rm -rf " .. cli.quote(dir))
   end)
 end)
 
@@ -253,7 +242,7 @@ describe("scripts/agents with an LLM (OpenAI-compatible test server)", function(
   end)
 
   it("planning: the LLM picks a tool from the agent's own list only", function()
-    local dir = tmpdir()
+    local dir = tmp.dir()
     script { { content = json.encode { tool = "write_file", path = "plan.txt", content = "step 1" } },
              { content = json.encode { tool = "read_file", path = "plan.txt" } } }
     local app = require("scripts.agents.planning").build { llm = client(), dir = dir }
@@ -266,6 +255,5 @@ describe("scripts/agents with an LLM (OpenAI-compatible test server)", function(
     local enum2 = reqs[2].response_format.json_schema.schema.properties.tool.enum
     assert.same({ "read_file", "write_file", "none" }, enum1)
     assert.same({ "read_file", "none" }, enum2)
-    os.execute("rm -rf " .. cli.quote(dir))
   end)
 end)

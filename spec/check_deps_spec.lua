@@ -1,9 +1,9 @@
 -- tools/check-deps: the layer and cycle check `make test` runs first.
 local cli = require "cli"
+local tmp = require "tmp"
 
 local function tree(files)
-  local root = os.tmpname()
-  os.remove(root)
+  local root = tmp.dir("tree")
   for path, text in pairs(files) do
     local dir = (root .. "/" .. path):match("^(.*)/[^/]+$")
     assert(os.execute("mkdir -p " .. cli.quote(dir)))
@@ -18,7 +18,7 @@ local function check(root)
   local p = io.popen("lua5.4 tools/check-deps " .. cli.quote(root) .. " 2>&1; echo \"exit=$?\"")
   local out = p:read("a")
   p:close()
-  os.execute("rm -rf " .. cli.quote(root))
+  tmp.remove(root)
   return out
 end
 

@@ -4,6 +4,7 @@ local pg = require "moongraph.pg"
 local postgres = require "moongraph.checkpoint.postgres"
 local servers = require "servers"
 local child = require "graph_child"
+local tmp = require "tmp"
 
 describe("postgres checkpoint saver", function()
   local srv
@@ -82,11 +83,11 @@ describe("postgres checkpoint saver", function()
           print(n and ("APPLIED " .. n) or ("ERROR " .. tostring(err)))
         end)
       ]])
-      local go = os.tmpname()
-      os.remove(go)
+      local dir = tmp.dir("migrate")
+      local go = dir .. "/go"
       local outs = {}
       for i = 1, 4 do
-        outs[i] = os.tmpname()
+        outs[i] = dir .. "/out" .. i
         os.execute(string.format("lua5.4 %s %q %q > %s 2>&1 &", script, url, go, outs[i]))
       end
       io.open(go, "w"):close()
@@ -100,10 +101,7 @@ describe("postgres checkpoint saver", function()
         until line or os.time() > deadline
         lines[i] = line
         applied[#applied + 1] = tonumber((line or ""):match("^APPLIED (%d+)$"))
-        os.remove(outs[i])
       end
-      os.remove(go)
-      os.remove(script)
       for i = 1, 4 do assert.is_number(applied[i], lines[i]) end
       table.sort(applied)
       assert.same({ 0, 0, 0, #postgres.migrations }, applied)

@@ -1,15 +1,10 @@
 local mg = require "moongraph"
 local G = require "moongraph.graph"
+local tmp = require "tmp"
 local START, END, Command = G.START, G.END, G.Command
 local R = G.reducers
 
 local function run(fn) return mg.run(fn) end
-
-local function tmpdir()
-  local p = os.tmpname()
-  os.remove(p)
-  return p
-end
 
 local function linear(saver, opts)
   local g = G.new { items = R.append }
@@ -26,7 +21,7 @@ for _, kind in ipairs { "memory", "file" } do
   describe("checkpoints with the " .. kind .. " saver", function()
     local function saver()
       if kind == "memory" then return G.checkpoint.memory() end
-      return G.checkpoint.file(tmpdir())
+      return G.checkpoint.file(tmp.dir("saver"))
     end
 
     it("saves a checkpoint after every superstep", function()

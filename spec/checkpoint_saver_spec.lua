@@ -2,13 +2,8 @@
 -- the savers of moongraph.checkpoint, and the file saver's on-disk layout.
 local mg = require "moongraph"
 local checkpoint = require "moongraph.checkpoint"
+local tmp = require "tmp"
 local json = require "moongraph.json"
-
-local function tmpdir()
-  local p = os.tmpname()
-  os.remove(p)
-  return p
-end
 
 local function cp(id, values, step)
   return { v = 1, id = id, ts = "2025-01-01T00:00:00Z", step = step or 0,
@@ -18,11 +13,11 @@ end
 local contract = require "saver_contract"
 
 contract("memory", function() return checkpoint.memory() end, _ENV)
-contract("file", function() return checkpoint.file(tmpdir()) end, _ENV)
+contract("file", function() return checkpoint.file(tmp.dir("saver")) end, _ENV)
 
 describe("file saver layout", function()
   it("writes one directory per thread with readable JSON and no temp files left", function()
-    local dir = tmpdir()
+    local dir = tmp.dir("saver")
     mg.run(function()
       local s = checkpoint.file(dir)
       local c = assert(s:put({ thread_id = "user 42/chat" }, cp("00ab", { msg = "héllo" }), { source = "input" }))
@@ -44,11 +39,10 @@ describe("file saver layout", function()
     local p = io.popen("find " .. dir .. " -name '*.tmp.*' | wc -l")
     assert.equal("0", p:read("l"))
     p:close()
-    os.execute("rm -rf " .. dir)
   end)
 
   it("survives a torn temp file next to a checkpoint", function()
-    local dir = tmpdir()
+    local dir = tmp.dir("saver")
     mg.run(function()
       local s = checkpoint.file(dir)
       assert(s:put({ thread_id = "t" }, cp("0001", { ok = true }), {}))
@@ -60,6 +54,5 @@ describe("file saver layout", function()
       local s = checkpoint.file(dir)
       assert.is_true(s:get({ thread_id = "t" }).checkpoint.values.ok)
     end)
-    os.execute("rm -rf " .. dir)
   end)
 end)

@@ -3,6 +3,7 @@
 -- is a failure, never a silent success.
 local cjson = require "cjson"
 local cli = require "cli"
+local tmp = require "tmp"
 
 -- Runs `moongraph ARGS` through sh with stdout redirected as `redirect`
 -- says (e.g. ">/dev/full", ">&-"); stderr is captured. -> code, stderr
@@ -10,20 +11,13 @@ local function run_redirected(args, redirect, state_dir)
   local parts = { "env", "MOONGRAPH_STATE_DIR=" .. cli.quote(state_dir),
     "MOONGRAPH_LLM_BASE_URL=", "MOONGRAPH_LLM_API_KEY=", cli.quote(cli.bin) }
   for _, a in ipairs(args) do parts[#parts + 1] = cli.quote(a) end
-  local errf = os.tmpname()
+  local errf = tmp.path("stderr")
   local _, _, code = os.execute(table.concat(parts, " ") .. " " .. redirect .. " 2>" .. errf)
   local f = assert(io.open(errf, "r"))
   local err = f:read("a")
   f:close()
-  os.remove(errf)
+  tmp.remove(errf)
   return code, err
-end
-
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  assert(os.execute("mkdir -p " .. cli.quote(d)))
-  return d
 end
 
 local function entries(dir)
@@ -35,8 +29,8 @@ end
 
 describe("command-line bad input", function()
   local dir
-  before_each(function() dir = tmpdir() end)
-  after_each(function() os.execute("rm -rf " .. cli.quote(dir)) end)
+  before_each(function() dir = tmp.dir("state") end)
+  after_each(function() tmp.remove(dir) end)
 
   local function chat(args)
     local a = { "chat" }

@@ -4,16 +4,10 @@
 local mg = require "moongraph"
 local cjson = require "cjson"
 local cli = require "cli"
+local tmp = require "tmp"
 local testserver = require "testserver"
 
 local SEED = "종이 어떻게 버려? 그리고 수거함도 알려줘"
-
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  assert(os.execute("mkdir -p " .. cli.quote(d)))
-  return d
-end
 
 -- Environment for a run: a private state directory, every service and the
 -- LLM unset unless given.
@@ -48,8 +42,8 @@ end
 
 describe("moongraph chat", function()
   local dir
-  before_each(function() dir = tmpdir() end)
-  after_each(function() os.execute("rm -rf " .. cli.quote(dir)) end)
+  before_each(function() dir = tmp.dir("state") end)
+  after_each(function() tmp.remove(dir) end)
 
   describe("usage", function()
     it("needs a message", function()

@@ -39,7 +39,6 @@ describe("moongraph route / eval commands", function()
       '{"message": "분리배출 방법을 인포그래픽으로 만들어줘", "intent": "image_generation"}',
     }, "\n"), ".jsonl")
     local r = cli.run({ "eval", "--json", p })
-    os.remove(p)
     assert.equal(0, r.code)
     local rep = cjson.decode(last_line(r.out))
     assert.equal(2, rep.total)

@@ -2,13 +2,10 @@
 -- probabilities and the shipped data's quality.
 
 local classifier = require "nodes.lib.intent_model"
+local tmp = require "tmp"
 
 local function tmpfile(content)
-  local path = os.tmpname()
-  local f = assert(io.open(path, "w"))
-  f:write(content)
-  f:close()
-  return path
+  return tmp.file(content, "intents.jsonl")
 end
 
 local function folds(examples, k, fold)
@@ -204,7 +201,6 @@ describe("eco classifier", function()
     it("names the line that is not JSON", function()
       local path = tmpfile('{"message": "a", "intent": "waste"}\nnot json\n')
       local lines, err = classifier.read_jsonl(path)
-      os.remove(path)
       assert.is_nil(lines)
       assert.matches(":2: not a JSON object", err, 1, true)
     end)
@@ -212,7 +208,6 @@ describe("eco classifier", function()
     it("names the line without a message", function()
       local path = tmpfile('\n{"intent": "waste"}\n')
       local lines, err = classifier.read_jsonl(path)
-      os.remove(path)
       assert.is_nil(lines)
       assert.matches(':2: needs string fields "message" and "intent"', err, 1, true)
     end)

@@ -5,6 +5,7 @@ local eval = require "scripts.eco.eval"
 local route_command = require "scripts.eco.route_command"
 local eval_command = require "scripts.eco.eval_command"
 local cli = require "cli"
+local tmp = require "tmp"
 local explain = require "scripts.eco.explain"
 local json = require "moongraph.json"
 local cjson = require "cjson"
@@ -242,13 +243,9 @@ describe("eco explain", function()
     end)
 
     it("eval names a bad line with status 1", function()
-      local path = os.tmpname()
-      local f = assert(io.open(path, "w"))
-      f:write('{"message": "안녕", "intent": "general"}\n{"message": 3}\n')
-      f:close()
+      local path = tmp.file('{"message": "안녕", "intent": "general"}\n{"message": 3}\n', "cases.jsonl")
       local err = sink()
       local code = eval_command.main({ path }, { stdout = sink(), stderr = err })
-      os.remove(path)
       assert.equal(1, code)
       assert.matches(': line 2: "message" must be a non-empty string', err.text(), 1, true)
     end)

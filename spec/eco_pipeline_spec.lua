@@ -6,6 +6,7 @@ local llm = require "moongraph.llm"
 local cjson = require "cjson"
 local testserver = require "testserver"
 local fx = require "node_fixtures"
+local tmp = require "tmp"
 local chat = require "scripts.eco.chat"
 
 -- 2024-06-15 14:30 KST, the time of the recorded KMA forecast
@@ -309,7 +310,7 @@ describe("Eco² chat pipeline", function()
   end)
 
   it("writes a Chrome trace of the run", function()
-    local path = os.tmpname()
+    local path = tmp.path("trace.json")
     local cfg = config()
     cfg.trace = path
     local out = turn(app, SEED, cfg, { location = GANGNAM })
@@ -317,7 +318,6 @@ describe("Eco² chat pipeline", function()
     local f = assert(io.open(path))
     local doc = cjson.decode(f:read("a"))
     f:close()
-    os.remove(path)
     local names = {}
     for _, e in ipairs(doc.traceEvents) do
       if e.ph == "X" and e.cat == "task" then names[e.name] = true end

@@ -35,7 +35,6 @@ io.write("sockets in the child: ", p:read("l"), "\n")
 p:close()
 ]]):format(srv.url .. "/delay?ms=1", rs.url, ps.url))
     local r = cli.run { "run", script }
-    os.remove(script)
     assert.are.equal(0, r.code, r.err)
     assert.are.equal("sockets in the child: 0\n", r.out)
   end)

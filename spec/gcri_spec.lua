@@ -1,19 +1,11 @@
 local mg = require "moongraph"
 local cli = require "cli"
+local tmp = require "tmp"
 local gcri = require "scripts.gcri.graph"
 local states = require "scripts.gcri.states"
 local aggregator = require "scripts.gcri.aggregator"
 local puzzle = require "scripts.gcri.puzzle"
 local json = require "cjson"
-
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  assert(os.execute("mkdir -p " .. cli.quote(d)))
-  return d
-end
-
-local function rmdir(d) os.execute("rm -rf " .. cli.quote(d)) end
 
 local function slurp(path)
   local f = io.open(path, "rb")
@@ -127,7 +119,7 @@ describe("GCRI workflow", function()
   end)
 
   it("sends one hypothesis branch per strategy, each with its own index, strategy and workspace", function()
-    local dir, seen = tmpdir(), {}
+    local dir, seen = tmp.dir("gcri"), {}
     local app = gcri.build { strategies = fixed({ { "s1", "A" }, { "s2", "B" }, { "s3", "C" } }, seen),
       verify = accept("B") }
     local out = run(app, "pick a letter", { branches = 3, run_dir = dir })
@@ -143,11 +135,10 @@ describe("GCRI workflow", function()
     assert.equal(3, #out.raw_hypotheses)
     assert.is_true(out.final_decision)
     assert.equal("B", out.answer)
-    rmdir(dir)
   end)
 
   it("reuses workspaces for verification: a single source its own, a merged branch its first source's", function()
-    local dir = tmpdir()
+    local dir = tmp.dir("gcri")
     local app = gcri.build { verify = accept("none"), strategies = fixed {
       { "s1", "Same idea" }, { "s2", "other" }, { "s3", "same  IDEA." }, { "s4", nil } } }
     local out = run(app, "t", { branches = 4, max_iterations = 1, run_dir = dir })
@@ -163,11 +154,10 @@ describe("GCRI workflow", function()
     assert.same({ 1, 3 }, v.source_indices)
     assert.is_nil(slurp(dir .. "/iter-1/branch-3/verification.json"))   -- merged away
     assert.equal(2, #out.results)
-    rmdir(dir)
   end)
 
   it("decide starts another iteration until accepted; update_memory makes it avoid what was tried", function()
-    local dir, seen = tmpdir(), {}
+    local dir, seen = tmp.dir("gcri"), {}
     local app = gcri.build { verify = accept("right"), strategies = fixed({
       { "a", "wrong 1" }, { "b", "wrong 2" }, { "c", "right" }, { "d", "wrong 3" }, { "e", "not reached" } }, seen) }
     local out = run(app, "t", { branches = 2, max_iterations = 3, run_dir = dir })
@@ -190,11 +180,10 @@ describe("GCRI workflow", function()
     for _, r in ipairs(out.results) do counts[#counts + 1] = r.count end
     table.sort(counts)
     assert.same({ 1, 1, 2, 2 }, counts)
-    rmdir(dir)
   end)
 
   it("the decide loop is bounded by max_iterations", function()
-    local dir = tmpdir()
+    local dir = tmp.dir("gcri")
     local list = {}
     for i = 1, 10 do list[i] = { "s" .. i, "wrong " .. i } end
     local app = gcri.build { verify = accept("right"), strategies = fixed(list) }
@@ -203,21 +192,19 @@ describe("GCRI workflow", function()
     assert.is_false(out.final_decision)
     assert.is_nil(out.answer)
     assert.equal(4, #out.memory.decisions)
-    rmdir(dir)
   end)
 
   it("ends when no untried strategy is left", function()
-    local dir = tmpdir()
+    local dir = tmp.dir("gcri")
     local app = gcri.build { verify = accept("right"), strategies = fixed { { "only", "wrong" } } }
     local out = run(app, "t", { branches = 2, max_iterations = 5, run_dir = dir })
     assert.equal(2, out.count)
     assert.is_false(out.final_decision)
     assert.equal("no untried strategy left", out.memory.decisions[2].summary)
-    rmdir(dir)
   end)
 
   it("solves a number puzzle offline with the built-in strategies, under a checkpointer too", function()
-    local dir = tmpdir()
+    local dir = tmp.dir("gcri")
     local app = gcri.build { checkpointer = mg.checkpoint.memory() }
     local out = mg.run(function()
       return app:invoke(gcri.input("make 24 from 4 7 8 8", { run_dir = dir }), { thread_id = "g1" })
@@ -227,7 +214,6 @@ describe("GCRI workflow", function()
     assert.equal(2, out.count)              -- the greedy guesses of iteration 1 are rejected
     assert.equal(1, #out.aggregation.branches)   -- both searches found the same expression
     assert.same({ 1, 2 }, out.aggregation.branches[1].source_indices)
-    rmdir(dir)
   end)
 
   it("input checks its options", function()
@@ -242,7 +228,7 @@ describe("moongraph gcri", function()
   local OFFLINE = "env -u MOONGRAPH_LLM_BASE_URL -u MOONGRAPH_LLM_API_KEY"
 
   it("runs offline and leaves the workspaces and result.json in the run directory", function()
-    local dir = tmpdir()
+    local dir = tmp.dir("gcri")
     local r = cli.run({ "gcri", "--run-dir", dir, "make 24 from 4 7 8 8" }, { env = OFFLINE })
     assert.equal(0, r.code)
     assert.matches("iteration 2: strategies search_in_order, search_multiply_first", r.out)
@@ -250,11 +236,10 @@ describe("moongraph gcri", function()
     assert.matches("answer: %(4 %+ 7 %- 8%) %* 8 %(iteration 2%)", r.out)
     local res = json.decode(slurp(dir .. "/result.json"))
     assert.is_true(res.accepted)
-    rmdir(dir)
   end)
 
   it("exits 3 when nothing is accepted, 1 for a task offline strategies cannot take, 2 on bad usage", function()
-    local dir = tmpdir()
+    local dir = tmp.dir("gcri")
     assert.equal(3, cli.run({ "gcri", "--run-dir", dir, "--max-iterations", "1", "make 1000 from 1 2 3" },
       { env = OFFLINE }).code)
     local r = cli.run({ "gcri", "write a poem" }, { env = OFFLINE })
@@ -262,17 +247,15 @@ describe("moongraph gcri", function()
     assert.matches("number puzzles", r.err)
     assert.equal(2, cli.run({ "gcri", "--bogus", "x" }, { env = OFFLINE }).code)
     assert.equal(2, cli.run({ "gcri" }, { env = OFFLINE }).code)
-    rmdir(dir)
   end)
 
   it("scripts/gcri/run.lua is the same command", function()
-    local dir = tmpdir()
+    local dir = tmp.dir("gcri")
     local r = cli.run({ "run", "scripts/gcri/run.lua", "--json", "--run-dir", dir, "make 24 from 3 3 8 8" },
       { env = OFFLINE })
     assert.equal(0, r.code)
     local res = json.decode(r.out)
     assert.is_true((puzzle.check("make 24 from 3 3 8 8", res.answer)))
-    rmdir(dir)
   end)
 end)
 
@@ -302,7 +285,7 @@ describe("GCRI with an LLM (OpenAI-compatible test server)", function()
         { content = json.encode { passed = true, score = 0.8, feedback = "addresses the hot path" } },
       }
     end)
-    local dir = tmpdir()
+    local dir = tmp.dir("gcri")
     local out = run(gcri.build { llm = client() }, "make the config loader faster", { run_dir = dir })
     assert.is_true(out.final_decision)
     assert.equal("Cache the parsed config.", out.answer)
@@ -313,7 +296,6 @@ describe("GCRI with an LLM (OpenAI-compatible test server)", function()
     local reqs = mg.run(function() return srv:requests("/v1/chat/completions") end)
     assert.equal(7, #reqs)
     assert.matches("Propose 2 distinct strategies", json.decode(reqs[1].body).messages[1].content)
-    rmdir(dir)
   end)
 
   it("refuses a merge that loses a hypothesis and merges offline instead", function()
@@ -326,7 +308,7 @@ describe("GCRI with an LLM (OpenAI-compatible test server)", function()
         { content = json.encode { passed = false, score = 0.1, feedback = "too vague" } },
       }
     end)
-    local dir = tmpdir()
+    local dir = tmp.dir("gcri")
     local out = run(gcri.build { llm = client() }, "make the config loader faster",
       { run_dir = dir, max_iterations = 1 })
     assert.matches("offline merge: the LLM's merge was refused: hypothesis 2 is neither in a branch nor discarded",
@@ -334,6 +316,5 @@ describe("GCRI with an LLM (OpenAI-compatible test server)", function()
     assert.same({ 1, 2 }, out.aggregation.branches[1].source_indices)
     assert.is_false(out.final_decision)
     assert.equal("too vague", out.memory.rejected[1].feedback)
-    rmdir(dir)
   end)
 end)

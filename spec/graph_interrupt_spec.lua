@@ -1,6 +1,7 @@
 local mg = require "moongraph"
 local G = require "moongraph.graph"
 local child = require "graph_child"
+local tmp = require "tmp"
 local START, Command = G.START, G.Command
 local R = G.reducers
 
@@ -63,7 +64,6 @@ describe("interrupts", function()
         assert.equal("?", app:invoke({}, cfg).__interrupt__[1].value)
         assert.equal("got 42", app:invoke(Command { resume = 42 }, cfg).final)
       end)
-      os.execute("rm -rf " .. dir)
     end)
   end
 
@@ -188,7 +188,7 @@ describe("interrupts", function()
         print("GOT " .. out.greeting)
       end
     ]=]
-    local dir, counts = child.tmpdir(), os.tmpname()
+    local dir, counts = child.tmpdir(), tmp.path("counts")
     local out, kind, code = child.run(script, dir, counts, "start")
     assert.equal("ASKED what is your name?\n", out)
     assert.same({ "exit", 0 }, { kind, code })
@@ -196,8 +196,5 @@ describe("interrupts", function()
     assert.equal("GOT hello Mina\n", out)
     assert.same({ "exit", 0 }, { kind, code })
     assert.same({ "ask", "ask" }, child.lines(counts))
-    os.remove(script)
-    os.remove(counts)
-    os.execute("rm -rf " .. dir)
   end)
 end)

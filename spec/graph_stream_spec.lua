@@ -1,6 +1,7 @@
 local mg = require "moongraph"
 local G = require "moongraph.graph"
 local json = require "moongraph.json"
+local tmp = require "tmp"
 local START = G.START
 local R = G.reducers
 
@@ -170,7 +171,7 @@ end)
 
 describe("tracing", function()
   it("cfg.trace writes a Chrome trace with one span per task; parallel tasks overlap on separate lanes", function()
-    local path = os.tmpname()
+    local path = tmp.path("trace.json")
     local g = G.new()
     g:add_node("fan", function() end)
     g:add_node("p1", function() mg.sleep(0.005) end)
@@ -180,7 +181,6 @@ describe("tracing", function()
     local f = assert(io.open(path))
     local doc = assert(json.decode(f:read("a")))
     f:close()
-    os.remove(path)
     local spans = {}
     for _, e in ipairs(doc.traceEvents) do
       if e.ph == "X" and e.cat == "task" then spans[e.name] = e end

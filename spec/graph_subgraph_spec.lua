@@ -1,15 +1,10 @@
 local mg = require "moongraph"
 local G = require "moongraph.graph"
+local tmp = require "tmp"
 local START, END, Send, Command = G.START, G.END, G.Send, G.Command
 local R = G.reducers
 
 local function run(fn) return mg.run(fn) end
-
-local function tmpdir()
-  local p = os.tmpname()
-  os.remove(p)
-  return p
-end
 
 -- the GCRI shape: a branch subgraph per strategy, fanned out with Send
 local function hypothesis_branch()
@@ -177,10 +172,9 @@ describe("subgraphs", function()
       g:add_node("sub", sub:compile(), { timeout = 1.5,
         retry = { max_attempts = 2, initial_interval = 0, jitter = false } })
       g:add_edge(START, "sub")
-      local dir = tmpdir()
+      local dir = tmp.dir("saver")
       local app = g:compile { checkpointer = G.checkpoint.file(dir), durability = durability }
       local out, err = run(function() return app:invoke({}, { thread_id = "retry" }) end)
-      os.execute("rm -rf " .. dir)
       return out, err, runs
     end
 
@@ -427,10 +421,9 @@ describe("ctx.run_subgraph", function()
       return { total = final.a + final.b }
     end, { retry = { max_attempts = 2, initial_interval = 0, jitter = false } })
     g:add_edge(START, "node")
-    local dir = tmpdir()
+    local dir = tmp.dir("saver")
     local app = g:compile { checkpointer = G.checkpoint.file(dir) }
     local out, err = run(function() return app:invoke({}, { thread_id = "r" }) end)
-    os.execute("rm -rf " .. dir)
     assert.is_nil(err)
     assert.equal(3, out.total)
     assert.same({ prep = 1, flaky = 2 }, runs)

@@ -3,6 +3,7 @@
 -- MCP client.
 local mg = require "moongraph"
 local cli = require "cli"
+local tmp = require "tmp"
 local json = require "cjson"
 local tools_mod = require "scripts.marketing.tools"
 local mcp_tools = require "scripts.marketing.mcp_tools"
@@ -37,8 +38,7 @@ describe("marketing data tools over MCP", function()
   end)
 
   it("are called over MCP by the command by default, in-process with MARKETING_TOOLS=local", function()
-    local dir = os.tmpname()
-    os.remove(dir)
+    local dir = tmp.dir("checkpoints")
     local env = OFFLINE .. " CONFIRM_ON_MULTI=0 MARKETING_CHECKPOINT_DIR=" .. cli.quote(dir)
     -- a binary that cannot serve MCP shows which way the tools go
     local broken = cli.run({ "marketing", "--json", "본죽 문제점이 뭐야?" },
@@ -46,7 +46,6 @@ describe("marketing data tools over MCP", function()
     local via_mcp = cli.run({ "marketing", "--json", "본죽 문제점이 뭐야?" }, { env = env })
     local in_process = cli.run({ "marketing", "--json", "본죽 문제점이 뭐야?" },
       { env = env .. " MARKETING_TOOLS=local MOONGRAPH_BIN=/no/such/moongraph" })
-    os.execute("rm -rf " .. cli.quote(dir))
     assert.equal(1, broken.code)
     assert.matches("cannot run '/no/such/moongraph'", json.decode(broken.out).error)
     assert.equal(0, via_mcp.code, via_mcp.err)

@@ -1,5 +1,6 @@
 local mg = require "moongraph"
 local cli = require "cli"
+local tmp = require "tmp"
 local json = require "cjson"
 local router = require "scripts.marketing.router"
 local resolver = require "scripts.marketing.resolver"
@@ -23,13 +24,6 @@ local function pipeline(over, extra)
   local o = { settings = settings(over), llm = false, checkpointer = mg.checkpoint.memory() }
   for k, v in pairs(extra or {}) do o[k] = v end
   return adapter.new(o)
-end
-
-local function tmpdir()
-  local d = os.tmpname()
-  os.remove(d)
-  assert(os.execute("mkdir -p " .. cli.quote(d)))
-  return d
 end
 
 -- a draft that passes every relevance check for 본죽 강남역점 / ISSUE
@@ -351,7 +345,7 @@ end)
 
 describe("moongraph marketing", function()
   it("clarify in one process, resume with the chosen store in another (file checkpoints)", function()
-    local dir = tmpdir()
+    local dir = tmp.dir("checkpoints")
     local env = OFFLINE .. " MARKETING_CHECKPOINT_DIR=" .. cli.quote(dir)
     local r1 = cli.run({ "marketing", "--thread", "cli-1", "--json", "본죽 문제점이 뭐야?" }, { env = env })
     assert.equal(0, r1.code)
@@ -363,11 +357,10 @@ describe("moongraph marketing", function()
     local b = json.decode(r2.out)
     assert.equal("ok", b.status)
     assert.matches("본죽 강남역점 문제 진단", b.final_response)
-    os.execute("rm -rf " .. cli.quote(dir))
   end)
 
   it("reads the seed's toggles from the environment", function()
-    local dir = tmpdir()
+    local dir = tmp.dir("checkpoints")
     local env = OFFLINE .. " MARKETING_CHECKPOINT_DIR=" .. cli.quote(dir)
     local r = cli.run({ "marketing", "--json", "본죽 문제점이 뭐야?" }, { env = env .. " CONFIRM_ON_MULTI=0" })
     assert.equal("ok", json.decode(r.out).status)
@@ -377,11 +370,10 @@ describe("moongraph marketing", function()
     r = cli.run({ "marketing", "본죽 문제점이 뭐야?" }, { env = env .. " MAX_RETRIES=-1" })
     assert.equal(1, r.code)
     assert.matches("MAX_RETRIES must be an integer from 0 to 10", r.err)
-    os.execute("rm -rf " .. cli.quote(dir))
   end)
 
   it("prints the thread to answer on; bad usage exits 2; scripts/marketing/run.lua is the same command", function()
-    local dir = tmpdir()
+    local dir = tmp.dir("checkpoints")
     local env = OFFLINE .. " MARKETING_CHECKPOINT_DIR=" .. cli.quote(dir)
     local r = cli.run({ "marketing", "--thread", "cli-2", "본죽 문제점이 뭐야?" }, { env = env })
     assert.matches("^%[need_clarify%] thread cli%-2", r.out)
@@ -392,7 +384,6 @@ describe("moongraph marketing", function()
     assert.equal(0, r.code)
     assert.matches("^%[ok%] thread cli%-2", r.out)
     assert.matches("본죽 강남역점", r.out)
-    os.execute("rm -rf " .. cli.quote(dir))
   end)
 end)
 
@@ -434,7 +425,7 @@ describe("marketing: data from PostgreSQL (a throwaway server)", function()
   end)
 
   it("MARKETING_PG_URL points the command at the database; load_pg.lua loads it", function()
-    local dir = tmpdir()
+    local dir = tmp.dir("checkpoints")
     local db = srv:create_database("mk_cli")
     local r = cli.run({ "run", "scripts/marketing/load_pg.lua", db })
     assert.equal(0, r.code)
@@ -447,7 +438,6 @@ describe("marketing: data from PostgreSQL (a throwaway server)", function()
         " MARKETING_PG_URL=postgresql://postgres@127.0.0.1:1/none" })
     assert.equal(1, r.code)
     assert.matches("cannot connect to the marketing database", json.decode(r.out).error)
-    os.execute("rm -rf " .. cli.quote(dir))
   end)
 end)
 

@@ -3,6 +3,7 @@ local llm = require "moongraph.llm"
 local mcp = require "moongraph.mcp"
 local cjson = require "cjson"
 local testserver = require "testserver"
+local tmp = require "tmp"
 
 local function call(id, name, args)
   return { id = id, type = "function", ["function"] = { name = name, arguments = cjson.encode(args) } }
@@ -142,14 +143,12 @@ describe("mg.prebuilt", function()
   end)
 
   it("uses MCP tools from list_tools as they are", function()
-    local file = os.tmpname() .. ".lua"
-    local f = assert(io.open(file, "w"))
-    f:write([[return { tools = {
+    local file = tmp.file([[return { tools = {
       { name = "add", description = "add", inputSchema = { type = "object", required = { "a", "b" },
           properties = { a = { type = "number" }, b = { type = "number" } } },
         handler = function(a) return tostring(a.a + a.b) end },
-      { name = "bad", description = "fails", handler = function() return nil, "no such thing" end } } }]])
-    f:close()
+      { name = "bad", description = "fails", handler = function() return nil, "no such thing" end } } }]],
+      "tools.lua")
     script {
       { content = cjson.null, tool_calls = { call("c1", "add", { a = 2, b = 40 }), call("c2", "bad", {}) } },
       { content = "42" },
@@ -159,7 +158,6 @@ describe("mg.prebuilt", function()
       local agent = mg.prebuilt.react_agent { llm = client, tools = assert(c:list_tools()) }
       return assert(agent:invoke { messages = { "add" } })
     end)
-    os.remove(file)
     assert.equal("42", out.messages[3].content)
     assert.matches("no such thing", out.messages[4].content)
     assert.equal("42", out.messages[5].content)

@@ -1,6 +1,7 @@
 local mg = require "moongraph"
 local process = require "moongraph.process"
 local cli = require "cli"
+local tmp = require "tmp"
 
 -- Is pid still a process of this machine (running or a zombie)?
 local function exists(pid)
@@ -52,14 +53,11 @@ describe("moongraph.process", function()
   end)
 
   it("uses the given environment and working directory", function()
-    local dir = os.tmpname()
-    os.remove(dir)
-    assert(os.execute("mkdir -p " .. dir))
+    local dir = tmp.dir("cwd")
     local r = mg.run(function()
       return process.run({ "sh", "-c", 'echo "$FOO $BAR"; pwd' },
         { env = { FOO = "foo", BAR = "bar baz", PATH = os.getenv("PATH") }, cwd = dir })
     end)
-    os.execute("rmdir " .. dir)
     assert.equal("foo bar baz\n" .. dir .. "\n", r.stdout)
   end)
 
@@ -271,7 +269,6 @@ describe("moongraph.process", function()
       print(p:pid())
     ]])
     local res = cli.run { "run", script }
-    os.remove(script)
     assert.equal(0, res.code, res.err)
     local pid = assert(tonumber(res.out:match("%d+")), res.out)
     assert.is_false(exists(pid))

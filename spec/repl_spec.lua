@@ -59,7 +59,6 @@ describe("REPL", function()
   it("runs FILE first when given", function()
     local p = cli.write_temp("greeting = 'hi from file'")
     local r = cli.run({ "repl", p }, { stdin = "greeting\n" })
-    os.remove(p)
     assert.equal('"hi from file"\n', r.out)
   end)
 

@@ -305,7 +305,6 @@ describe("moongraph worker", function()
     end)
     w:signal("TERM")
     mg.run(function() assert.equal(0, w:wait()) end)
-    os.execute("rm -rf " .. wenv.quote(dir))
   end)
 
   it("keeps a heartbeat key, writes metrics and logs JSON with job_id, node and duration", function()

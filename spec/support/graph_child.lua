@@ -1,5 +1,7 @@
 -- Run a Lua script in a separate lua5.4 process that can load moongraph
 -- from this checkout (crash and cross-process specs).
+local tmp = require "tmp"
+
 local _M = {}
 
 local root
@@ -13,6 +15,7 @@ local function repo_root()
 end
 
 -- script(body) -> path of a temporary script: body with package paths set
+-- (removed when the test ends, like everything of spec/support/tmp.lua)
 function _M.script(body)
   local r = repo_root()
   local libdir = os.getenv("MOONGRAPH_LIBDIR") or "lib"
@@ -21,11 +24,7 @@ function _M.script(body)
     "package.path = %q .. package.path\npackage.cpath = %q .. package.cpath\n",
     r .. "/runtime/lua/?.lua;" .. r .. "/runtime/lua/?/init.lua;",
     libdir .. "/?.so;")
-  local path = os.tmpname()
-  local f = assert(io.open(path, "w"))
-  f:write(header, body)
-  f:close()
-  return path
+  return tmp.file(header .. body, "script.lua", "child")
 end
 
 -- run(path, ...) -> output, exit kind ("exit"|"signal"), code
@@ -38,10 +37,9 @@ function _M.run(path, ...)
   return out, kind, code
 end
 
+-- a new empty directory, removed when the test ends
 function _M.tmpdir()
-  local p = os.tmpname()
-  os.remove(p)
-  return p
+  return tmp.dir("child")
 end
 
 function _M.lines(path)
@@ -123,7 +121,7 @@ end)
 -- kind, code}, and `runs`, how often each node ran over both processes.
 function _M.crash_and_resume(saver, target, durability)
   local script = _M.script(CRASH_SCRIPT)
-  local counts = os.tmpname()
+  local counts = tmp.path("counts", "child")
   local r = {}
   r.crash = table.pack(_M.run(script, saver, target, counts, "crash", durability))
   r.crashed_nodes = _M.lines(counts)
@@ -131,8 +129,8 @@ function _M.crash_and_resume(saver, target, durability)
   r.resume = table.pack(_M.run(script, saver, target, counts, "resume", durability))
   r.runs = {}
   for _, name in ipairs(_M.lines(counts)) do r.runs[name] = (r.runs[name] or 0) + 1 end
-  os.remove(script)
-  os.remove(counts)
+  tmp.remove(script)
+  tmp.remove(counts)
   return r
 end
 

@@ -16,6 +16,8 @@
 -- moongraph task, the whole loop waits for it, which is what a spec wants when
 -- it bounces a server under running work.
 
+local tmp = require "tmp"
+
 local io_popen, os_execute = io.popen, os.execute
 local format = string.format
 
@@ -34,7 +36,7 @@ local function run(args, extra, what)
   -- the servers and tools must not inherit a sanitizer preload (make asan)
   local parts = { "env -u LD_PRELOAD", shell_quote(script) }
   for i = 1, #args do parts[#parts + 1] = shell_quote(args[i]) end
-  local errfile = os.tmpname()
+  local errfile = tmp.path("stderr", "servers")
   local cmd = table.concat(parts, " ") .. (extra or "") .. " 2>" .. shell_quote(errfile)
   local f = assert(io_popen(cmd, "r"))
   local out = f:read("a")
@@ -42,7 +44,7 @@ local function run(args, extra, what)
   local ef = io.open(errfile, "r")
   local err = ef and ef:read("a") or ""
   if ef then ef:close() end
-  os.remove(errfile)
+  tmp.remove(errfile)
   if not ok then
     error(format("%s (servers.sh exit %s): %s", what or ("servers.sh " .. table.concat(args, " ")),
       tostring(code), err ~= "" and err or "(no output)"), 3)
@@ -135,7 +137,7 @@ end
 -- error with psql's message, returns unaligned tuples-only output.
 function Server:psql(sql, db)
   assert(self.kind == "pg", "psql() is for PostgreSQL servers")
-  local errfile = os.tmpname()
+  local errfile = tmp.path("stderr", "psql")
   local cmd = format("env -u LD_PRELOAD psql -X -q -v ON_ERROR_STOP=1 -h %s -p %d -U postgres -d %s -At -c %s 2>%s",
     shell_quote(self.socket_dir), self.port, shell_quote(db or "postgres"), shell_quote(sql),
     shell_quote(errfile))
@@ -145,7 +147,7 @@ function Server:psql(sql, db)
   local ef = io.open(errfile, "r")
   local err = ef and ef:read("a") or ""
   if ef then ef:close() end
-  os.remove(errfile)
+  tmp.remove(errfile)
   if not ok then error("psql: " .. err, 2) end
   return (out:gsub("\n$", ""))
 end

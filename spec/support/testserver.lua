@@ -12,6 +12,7 @@
 -- must run inside a moongraph task (mg.run / a spawned task).
 
 local cjson = require "cjson.safe"
+local tmp = require "tmp"
 
 local io, os, string, table = io, os, string, table
 local error, tostring, tonumber, ipairs, setmetatable, require =
@@ -37,9 +38,7 @@ end
 
 -- A self-signed certificate for localhost and 127.0.0.1, made with openssl.
 local function make_cert()
-  local dir = os.tmpname()
-  os.remove(dir)
-  assert(os.execute("mkdir -p " .. sh_quote(dir)))
+  local dir = tmp.dir("cert")
   local cert, key = dir .. "/cert.pem", dir .. "/key.pem"
   local cmd = string.format(
     "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost "
@@ -85,9 +84,7 @@ function _M.stop(self)
   os.execute("kill " .. self.pid .. " 2>/dev/null")
   self.fh:close()
   self.fh = nil
-  if self.cert_dir then
-    os.execute("rm -rf " .. sh_quote(self.cert_dir))
-  end
+  if self.cert_dir then tmp.remove(self.cert_dir) end
 end
 
 local function control(self, method, path, body)

@@ -5,7 +5,7 @@
 --   tmp.path([name [, tag]])   a path that does not exist yet, in a new directory
 --   tmp.file(contents [, name [, tag]])  a new file holding contents; its path
 --   tmp.remove(path)           remove a directory made here (or the one made
---                              for a path or file) now
+--                              for a path or file) now; false if already gone
 --
 -- Under busted, what is made while a test runs is removed when that test
 -- ends, passed or failed; what is made outside a test (setup, before_each,
@@ -43,11 +43,15 @@ local function rm(dir)
 end
 
 local function sweep(list)
+  if #list == 0 then return end
+  local gone = {}
   for i = #list, 1, -1 do
-    local dir = list[i]
+    gone[list[i]] = true
+    rm(list[i])
     list[i] = nil
-    S.owner[dir] = nil
-    rm(dir)
+  end
+  for p, d in pairs(S.owner) do
+    if gone[d] then S.owner[p] = nil end
   end
 end
 
@@ -121,9 +125,10 @@ function _M.file(contents, name, tag)
   return path
 end
 
+-- -> true, or false when path is not (or no longer) one made here
 function _M.remove(path)
   local dir = S.owner[path]
-  if not dir then error("bad argument #1 to 'remove': not made by tmp: " .. tostring(path), 2) end
+  if not dir then return false end
   for _, list in pairs { S.test, S.file } do
     for i = #list, 1, -1 do
       if list[i] == dir then table.remove(list, i) end
@@ -133,6 +138,7 @@ function _M.remove(path)
     if d == dir then S.owner[p] = nil end
   end
   rm(dir)
+  return true
 end
 
 return _M

@@ -16,6 +16,7 @@
 
 local mg = require "moongraph"
 local servers = require "servers"
+local tmp = require "tmp"
 local cjson = require "cjson.safe"
 
 local _M = {}
@@ -45,11 +46,9 @@ local function read_file(path)
 end
 _M.read_file = read_file
 
-function _M.tmpdir(tag)
-  local p = io.popen("mktemp -d /tmp/moongraph-" .. (tag or "spec") .. ".XXXXXX")
-  local d = p:read("l")
-  p:close()
-  return d
+-- a new empty directory (spec/support/tmp.lua: tmp.dir(tag, scope))
+function _M.tmpdir(tag, scope)
+  return tmp.dir(tag or "spec", scope)
 end
 
 -- Wait (in a task) until fn() returns a truthy value, at most `limit`
@@ -71,7 +70,9 @@ Proc.__index = Proc
 
 -- spawn{args, env = {NAME = value}, dir = tmp} -> process running the binary
 function _M.spawn(args, env, dir)
-  dir = dir or _M.tmpdir("proc")
+  -- kept until the spec file ends (or Env:destroy): the process may
+  -- outlive the test that started it until teardown stops it
+  dir = dir or _M.tmpdir("proc", "file")
   local parts = { "cd", q(ROOT), "&&", "exec", "env" }
   for k, v in pairs(env or {}) do parts[#parts + 1] = q(k .. "=" .. v) end
   parts[#parts + 1] = q(_M.BIN)
@@ -172,7 +173,7 @@ function _M.new(opts)
   self.pg = servers.postgres()
   self.redis_url = self.redis.url
   self.pg_url = self.pg.url
-  self.dir = _M.tmpdir("worker")
+  self.dir = _M.tmpdir("worker", "file")
   self.checkpoint = opts.checkpoint or saver_kind(self.dir)
   return self
 end
@@ -231,9 +232,8 @@ function Env:destroy()
   end
   if self.redis then self.redis:destroy() end
   if self.pg then self.pg:destroy() end
-  local dirs = { q(self.dir) }
-  for _, p in ipairs(self.procs) do dirs[#dirs + 1] = q(p.dir) end
-  os.execute("rm -rf " .. table.concat(dirs, " "))
+  tmp.remove(self.dir)
+  for _, p in ipairs(self.procs) do tmp.remove(p.dir) end
 end
 
 -- Every job id of job_results -> row count, and the total.
