@@ -227,9 +227,12 @@ describe("postgres checkpoint saver", function()
     end)
 
     it("raises on bad arguments", function()
-      assert.has_error(function() postgres.new(42) end)
-      assert.has_error(function() postgres.new("postgresql://x", { colour = 1 }) end)
-      assert.has_error(function() postgres.new("postgresql://x", { pool_size = 0 }) end)
+      assert.has_error(function() postgres.new(42) end,
+        "bad argument #1 to 'postgres': PostgreSQL URL, connection or pool expected, got number")
+      assert.has_error(function() postgres.new("postgresql://x", { colour = 1 }) end,
+        "bad argument #2 to 'postgres': unknown option 'colour'")
+      assert.has_error(function() postgres.new("postgresql://x", { pool_size = 0 }) end,
+        "bad argument #2 to 'postgres': pool_size must be a positive integer")
     end)
   end)
 end)

@@ -84,10 +84,14 @@ describe("redis checkpoint saver", function()
   end)
 
   it("raises on bad arguments", function()
-    assert.has_error(function() rsaver.new(42) end)
-    assert.has_error(function() rsaver.new("http://x") end)
-    assert.has_error(function() rsaver.new(srv.url, { ttl = 0 }) end)
-    assert.has_error(function() rsaver.new(srv.url, { colour = "red" }) end)
+    assert.has_error(function() rsaver.new(42) end,
+      "bad argument #1 to 'redis': Redis URL, connection or pool expected, got number")
+    assert.has_error(function() rsaver.new("http://x") end,
+      "bad argument #1 to 'redis': unsupported URL scheme 'http' (redis:// or unix://)")
+    assert.has_error(function() rsaver.new(srv.url, { ttl = 0 }) end,
+      "bad argument #2 to 'redis': ttl must be a positive number of seconds")
+    assert.has_error(function() rsaver.new(srv.url, { colour = "red" }) end,
+      "bad argument #2 to 'redis': unknown option 'colour'")
   end)
 
   it("fails with the reason when Redis is unreachable", function()
@@ -177,7 +181,8 @@ describe("cached checkpoint saver", function()
   end)
 
   it("raises unless given a saver and the Postgres saver", function()
-    assert.has_error(function() cached.new({}, {}) end)
+    assert.has_error(function() cached.new({}, {}) end,
+      "bad argument #1 to 'cached': a checkpoint saver (the Redis cache) expected")
     local l1 = rsaver.new("redis://127.0.0.1:1/0")
     assert.has_error(function() cached.new(l1, l1) end)   -- no head(): not the Postgres saver
   end)

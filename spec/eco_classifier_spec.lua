@@ -179,7 +179,7 @@ describe("eco classifier", function()
     it("needs an example of every label", function()
       assert.has_error(function()
         classifier.train({ { text = "버려", label = "waste" } })
-      end)
+      end, "bad argument #1 to 'train': no example for label 'character'")
     end)
 
     it("can learn a custom label set", function()

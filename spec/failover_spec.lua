@@ -169,12 +169,14 @@ describe("moongraph.failover", function()
   end)
 
   it("raises for misuse", function()
-    assert.has_error(function() failover.normalize({}) end)
-    assert.has_error(function() failover.normalize({ { name = "a" }, { name = "a" } }) end)
-    assert.has_error(function() failover.normalize({ {} }) end)
-    assert.has_error(function()
-      route{ candidates = { { name = "x" } }, router = function() return "nope" end,
-             call = function() return 1 end }
-    end)
+    assert.has_error(function() failover.normalize({}) end, "bad argument: candidates is empty")
+    assert.has_error(function() failover.normalize({ { name = "a" }, { name = "a" } }) end,
+      "bad argument: candidates has two items named 'a'")
+    assert.has_error(function() failover.normalize({ {} }) end,
+      "bad argument: candidates[1] has no name to use as its key")
+    local ok, err = pcall(route, { candidates = { { name = "x" } }, router = function() return "nope" end,
+                                   call = function() return 1 end })
+    assert.is_false(ok)
+    assert.matches("^the router returned 'nope', which is not one of its candidates %(x%)\n", err)
   end)
 end)

@@ -44,12 +44,13 @@ describe("GCRI state types", function()
     assert.equal("", b.merge_reasoning)
     local r = states.AggregationResult { branches = { b }, aggregation_summary = "s" }
     assert.same({}, r.discarded_indices)
-    assert.has_error(function() states.RawHypothesis { index = 1 } end)
+    assert.has_error(function() states.RawHypothesis { index = 1 } end,
+      "RawHypothesis: field 'count' is required")
     assert.has_error(function() states.AggregatedBranch { index = 1.5, combined_hypothesis = "x", source_indices = {} } end,
       "AggregatedBranch: field 'index' must be int, got number")
     assert.has_error(function() states.HypothesisResult { bogus = true } end, "HypothesisResult: unknown field 'bogus'")
     assert.has_error(function() states.BranchState { index = 1, count = 1, strategy = { name = "s" },
-      container_id = "/w", task = "t" } end)
+      container_id = "/w", task = "t" } end, "BranchState: field 'strategy' must be valid, got table")
   end)
 
   it("TaskState appends raw_hypotheses and results by reducer", function()
@@ -217,10 +218,11 @@ describe("GCRI workflow", function()
   end)
 
   it("input checks its options", function()
-    assert.has_error(function() gcri.input("") end)
+    assert.has_error(function() gcri.input("") end, "bad argument #1 to 'input': task text expected")
     assert.has_error(function() gcri.input("t", { branches = 0 }) end,
       "bad argument #2 to 'input': branches must be a positive integer")
-    assert.has_error(function() gcri.input("t", { max_iterations = 11 }) end)
+    assert.has_error(function() gcri.input("t", { max_iterations = 11 }) end,
+      "bad argument #2 to 'input': max_iterations must be an integer from 1 to 10")
   end)
 end)
 

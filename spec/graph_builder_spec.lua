@@ -35,20 +35,28 @@ describe("graph builder", function()
       "bad argument #1 to 'add_node': '__start__' is a reserved name")
     assert.has_error(function() g:add_node(END, noop) end,
       "bad argument #1 to 'add_node': '__end__' is a reserved name")
-    assert.has_error(function() g:add_node("a:b", noop) end)
-    assert.has_error(function() g:add_node("", noop) end)
+    assert.has_error(function() g:add_node("a:b", noop) end,
+      "bad argument #1 to 'add_node': node name 'a:b' may not contain ':', '|', '/' or '#'")
+    assert.has_error(function() g:add_node("", noop) end,
+      "bad argument #1 to 'add_node': node name (non-empty string) expected, got an empty string")
     assert.has_error(function() g:add_node("x", 42) end,
       "bad argument #2 to 'add_node': function or compiled graph expected for node 'x', got number")
   end)
 
   it("rejects unknown node options and bad option values", function()
     local g = G.new()
-    assert.has_error(function() g:add_node("a", noop, { retires = 3 }) end)
-    assert.has_error(function() g:add_node("a", noop, { policy = "ignore" }) end)
-    assert.has_error(function() g:add_node("a", noop, { timeout = -1 }) end)
-    assert.has_error(function() g:add_node("a", noop, { retry = { max_attempts = 0 } }) end)
-    assert.has_error(function() g:add_node("a", noop, { retry = { bogus = 1 } }) end)
-    assert.has_error(function() g:add_node("a", noop, { cache = { ttl = "1h" } }) end)
+    assert.has_error(function() g:add_node("a", noop, { retires = 3 }) end,
+      "bad argument #3 to 'add_node' ('a'): unknown option 'retires' (expected retry, timeout, policy, defer, cache, destinations, metadata)")
+    assert.has_error(function() g:add_node("a", noop, { policy = "ignore" }) end,
+      "bad argument #3 to 'add_node' ('a'): unknown policy 'ignore' (expected fail_close, fail_open or {fallback = node})")
+    assert.has_error(function() g:add_node("a", noop, { timeout = -1 }) end,
+      "bad argument #3 to 'add_node' ('a'): timeout must be a positive number of seconds")
+    assert.has_error(function() g:add_node("a", noop, { retry = { max_attempts = 0 } }) end,
+      "bad argument #3 to 'add_node' ('a'): retry.max_attempts must be a positive integer")
+    assert.has_error(function() g:add_node("a", noop, { retry = { bogus = 1 } }) end,
+      "bad argument #3 to 'add_node' ('a'): unknown retry field 'bogus'")
+    assert.has_error(function() g:add_node("a", noop, { cache = { ttl = "1h" } }) end,
+      "bad argument #3 to 'add_node' ('a'): cache.ttl must be a positive number of seconds")
   end)
 
   it("names an unknown node in an edge", function()
@@ -136,21 +144,27 @@ describe("graph builder", function()
     local g = G.new()
     g:add_node("a", noop)
     g:add_edge(START, "a")
-    assert.has_error(function() g:compile { checkpoint = true } end)
-    assert.has_error(function() g:compile { recursion_limit = 0 } end)
+    assert.has_error(function() g:compile { checkpoint = true } end,
+      "bad argument #1 to 'compile': unknown option 'checkpoint' (expected checkpointer, recursion_limit, interrupt_before, interrupt_after, name, durability)")
+    assert.has_error(function() g:compile { recursion_limit = 0 } end,
+      "bad argument #1 to 'compile': recursion_limit must be a positive integer")
     assert.has_error(function() g:compile { checkpointer = {} } end,
       "bad argument #1 to 'compile': checkpointer lacks method 'put'")
   end)
 
   it("rejects edges into START and out of END", function()
     local g = G.new()
-    assert.has_error(function() g:add_edge("a", START) end)
-    assert.has_error(function() g:add_edge(END, "a") end)
+    assert.has_error(function() g:add_edge("a", START) end,
+      "bad argument #2 to 'add_edge': START cannot be the target of an edge")
+    assert.has_error(function() g:add_edge(END, "a") end,
+      "bad argument #1 to 'add_edge': END cannot be the source of an edge")
   end)
 
   it("rejects a schema with an unknown reducer name or a non-function reducer", function()
-    assert.has_error(function() G.new { x = "sum" } end)
-    assert.has_error(function() G.new { x = 42 } end)
+    assert.has_error(function() G.new { x = "sum" } end,
+      "bad argument #1 to 'graph': key 'x' names unknown reducer 'sum' (known: last, append, merge, add, messages)")
+    assert.has_error(function() G.new { x = 42 } end,
+      "bad argument #1 to 'graph': reducer of key 'x' must be a function, got number")
     assert.has_no_error(function() G.new { "plain", items = "append", n = G.reducers.add } end)
   end)
 end)

@@ -18,13 +18,15 @@ describe("reducers", function()
     local old = { a = 1, b = 2 }
     assert.same({ a = 1, b = 3, c = 4 }, reducers.merge(old, { b = 3, c = 4 }))
     assert.same({ a = 1, b = 2 }, old)
-    assert.has_error(function() reducers.merge(old, 5) end)
+    assert.has_error(function() reducers.merge(old, 5) end,
+      "merge reducer: written value is a number, not a table")
   end)
 
   it("add sums numbers, nil counts as 0", function()
     assert.equal(5, reducers.add(2, 3))
     assert.equal(3, reducers.add(nil, 3))
-    assert.has_error(function() reducers.add(1, "x") end)
+    assert.has_error(function() reducers.add(1, "x") end,
+      "add reducer: written value is a string, not a number")
   end)
 
   it("messages appends, replaces by id and deletes with a remove marker", function()
@@ -52,7 +54,8 @@ describe("reducers", function()
   end)
 
   it("removing an unknown message id is an error naming the id", function()
-    assert.has_error(function() reducers.messages({}, reducers.remove("nope")) end)
+    assert.has_error(function() reducers.messages({}, reducers.remove("nope")) end,
+      "messages reducer: cannot remove message 'nope': no message has that id")
   end)
 
   it("batch forms equal folding the reducer", function()

@@ -338,7 +338,8 @@ describe("graph execution", function()
     g:add_node("a", function() end)
     g:add_edge(START, "a")
     local app = g:compile()
-    assert.has_error(function() app:invoke("text") end)
+    assert.has_error(function() app:invoke("text") end,
+      "bad argument #1 to 'invoke': input table, mg.Command or nil expected, got string")
     local app2 = g:compile { checkpointer = G.checkpoint.memory() }
     assert.has_error(function() app2:invoke {} end,
       "bad argument #2 to 'invoke': thread_id is required: the graph has a checkpointer")

@@ -260,17 +260,24 @@ describe("moongraph.http", function()
           "bad argument #1 to 'request': url is required")
         assert.has_error(function() http.request{ url = srv.url, body = "a", json = {} } end,
           "bad argument #1 to 'request': give body or json, not both")
-        assert.has_error(function() http.request{ url = srv.url, timeout = "1" } end)
-        assert.has_error(function() http.request{ url = srv.url, timeout = -1 } end)
-        assert.has_error(function() http.request{ url = srv.url, max_body = 1.5 } end)
-        assert.has_error(function() http.request{ url = "ftp://x/" } end)
-        assert.has_error(function() http.get(srv.url, { headers = { ["X"] = "a\r\nInjected: 1" } }) end)
-        assert.has_error(function() http.get(42) end)
+        assert.has_error(function() http.request{ url = srv.url, timeout = "1" } end,
+          "bad argument #1 to 'request': timeout must be a number, got string")
+        assert.has_error(function() http.request{ url = srv.url, timeout = -1 } end,
+          "bad argument #1 to 'http.request' (timeout must be > 0)")
+        assert.has_error(function() http.request{ url = srv.url, max_body = 1.5 } end,
+          "bad argument #1 to 'request': max_body must be an integer >= 0")
+        assert.has_error(function() http.request{ url = "ftp://x/" } end,
+          "bad argument #1 to 'http.request' (url must start with http:// or https://)")
+        assert.has_error(function() http.get(srv.url, { headers = { ["X"] = "a\r\nInjected: 1" } }) end,
+          "bad argument #1 to 'http.request' (header contains CR or LF)")
+        assert.has_error(function() http.get(42) end,
+          "bad argument #1 to 'get': url string expected, got number")
       end)
     end)
 
     it("raises a clear error outside a task", function()
-      assert.has_error(function() http.get(srv.url .. "/delay") end)
+      assert.has_error(function() http.get(srv.url .. "/delay") end,
+        "http.request: not inside a moongraph task (use mg.run(fn) or mg.spawn(fn); a plain coroutine cannot wait on I/O)")
       local ok, err = pcall(http.get, srv.url .. "/delay")
       assert.is_false(ok)
       assert.matches("not inside a moongraph task", err)

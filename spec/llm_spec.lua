@@ -76,14 +76,18 @@ describe("moongraph.llm", function()
     end)
 
     it("rejects bad options", function()
-      assert.has_error(function() llm.new{ base_url = "ftp://x", model = "m" } end)
-      assert.has_error(function() llm.new{ base_url = "http://x", model = "m", max_retries = -1 } end)
+      assert.has_error(function() llm.new{ base_url = "ftp://x", model = "m" } end,
+        "bad argument #1 to 'new': base_url must start with http:// or https://")
+      assert.has_error(function() llm.new{ base_url = "http://x", model = "m", max_retries = -1 } end,
+        "bad argument #1 to 'new': max_retries must be an integer >= 0")
       assert.has_error(function() llm.new{ base_url = "http://x", model = "m", retries = 1 } end,
         "bad argument #1 to 'new': unknown option 'retries'")
       local c = client()
       run(function()
-        assert.has_error(function() c:chat{ messages = {} } end)
-        assert.has_error(function() c:chat{ messages = { { content = "no role" } } } end)
+        assert.has_error(function() c:chat{ messages = {} } end,
+          "bad argument #1 to 'chat': messages must be a non-empty list")
+        assert.has_error(function() c:chat{ messages = { { content = "no role" } } } end,
+          "bad argument #1 to 'chat': messages[1] needs a role")
         assert.has_error(function() c:chat{ messages = { { role = "user", content = "x" } }, temp = 1 } end,
           "bad argument #1 to 'chat': unknown option 'temp'")
       end)
@@ -480,9 +484,12 @@ describe("moongraph.llm", function()
 
     it("raises for an unknown key and bad models", function()
       local routed = pair(function() return "nope" end)
-      assert.has_error(function() ask(routed) end)
-      assert.has_error(function() llm.routed{ models = {} } end)
-      assert.has_error(function() llm.routed{ models = { x = {} }, order = { "x" } } end)
+      local ok, err = pcall(ask, routed)
+      assert.is_false(ok)
+      assert.matches("^the router returned 'nope', which is not one of its candidates %(fallback, primary%)\n", err)
+      assert.has_error(function() llm.routed{ models = {} } end, "bad argument: models is empty")
+      assert.has_error(function() llm.routed{ models = { x = {} }, order = { "x" } } end,
+        "bad argument #1 to 'routed': models['x'] is not an llm client")
       local a = client{ name = "a" }
       assert.has_error(function() llm.routed{ models = { a = a } } end,
         "bad argument #1 to 'routed': models given as a map need a router or an order")

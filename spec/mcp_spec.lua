@@ -186,7 +186,8 @@ describe("mcp client and server", function()
   it("raises on misuse", function()
     assert.has_error(function() mcp.connect {} end,
       "bad argument #1 to 'connect': give command = {program, arg, ...} (stdio) or url (HTTP)")
-    assert.has_error(function() mcp.connect { url = "ftp://x" } end)
+    assert.has_error(function() mcp.connect { url = "ftp://x" } end,
+      "bad argument #1 to 'connect': url must start with http:// or https://")
     assert.has_error(function() mcp.connect { command = { "x" }, bogus = 1 } end,
       "bad argument #1 to 'connect': unknown option 'bogus'")
   end)

@@ -85,8 +85,10 @@ describe("nodes.lib.grid", function()
   end)
 
   it("rejects coordinates out of range", function()
-    assert.has_error(function() grid.to_grid(nil, 127) end)
-    assert.has_error(function() grid.to_grid(37, 999) end)
+    assert.has_error(function() grid.to_grid(nil, 127) end,
+      "bad argument #1 (lat) to 'to_grid': number in [-89.9, 89.9] expected, got nil")
+    assert.has_error(function() grid.to_grid(37, 999) end,
+      "bad argument #2 (lon) to 'to_grid': number in [-180, 180] expected, got 999")
   end)
 end)
 

@@ -40,7 +40,8 @@ describe("location node", function()
     end)
 
     it("rejects an empty query", function()
-      assert.has_error(function() location.build_request(online, { query = "" }) end)
+      assert.has_error(function() location.build_request(online, { query = "" }) end,
+        "bad argument #2 to 'build_request': table with a non-empty query expected")
     end)
   end)
 

@@ -154,14 +154,19 @@ describe("moongraph.pg", function()
     it("raises on misuse", function()
       run(function()
         local db = connect()
-        assert.has_error(function() db:query(42) end)
-        assert.has_error(function() db:query("SELECT $1", "not a list") end)
+        assert.has_error(function() db:query(42) end,
+          "bad argument #1 to 'query' (SQL string expected, got number)")
+        assert.has_error(function() db:query("SELECT $1", "not a list") end,
+          "bad argument #2 to 'query' (list of parameters expected, got string)")
         local ok, err = pcall(db.query, db, "SELECT $1", { function() end })
         assert.is_false(ok)
         assert.matches("bad parameter %$1", err)
-        assert.has_error(function() pg.bytea(1) end)
-        assert.has_error(function() pg.connect(url, { size = 2 }) end)
-        assert.has_error(function() pg.pool(url, { bogus = 1 }) end)
+        assert.has_error(function() pg.bytea(1) end,
+          "bad argument #1 to 'bytea' (string expected, got number)")
+        assert.has_error(function() pg.connect(url, { size = 2 }) end,
+          "bad argument #2 to 'connect' (size is an option of pg.pool)")
+        assert.has_error(function() pg.pool(url, { bogus = 1 }) end,
+          "bad argument #2 to 'pool' (unknown option 'bogus')")
       end)
     end)
   end)
@@ -278,7 +283,8 @@ describe("moongraph.pg", function()
         local db = connect()
         local keep
         db:transaction(function(tx) keep = tx end)
-        assert.has_error(function() keep:query("SELECT 1") end)
+        assert.has_error(function() keep:query("SELECT 1") end,
+          "'query': the transaction is already finished")
       end)
     end)
   end)

@@ -166,7 +166,9 @@ describe("mg.prebuilt", function()
   it("raises on misuse", function()
     assert.has_error(function() mg.prebuilt.react_agent { tools = {} } end,
       "bad argument #1 to 'react_agent': llm must be a client with a chat method")
-    assert.has_error(function() mg.prebuilt.react_agent { llm = client, max_steps = 0 } end)
-    assert.has_error(function() mg.prebuilt.tool_node { { name = "x" } } end)
+    assert.has_error(function() mg.prebuilt.react_agent { llm = client, max_steps = 0 } end,
+      "bad argument #1 to 'react_agent': max_steps must be an integer >= 1")
+    assert.has_error(function() mg.prebuilt.tool_node { { name = "x" } } end,
+      "bad argument: tool 'x' needs fn = function(args, ctx)")
   end)
 end)

@@ -312,10 +312,12 @@ describe("moongraph.process", function()
 
   it("raises on misuse", function()
     assert.has_error(function() process.spawn {} end, "bad argument #1 to 'spawn': empty list (name the program)")
-    assert.has_error(function() process.spawn("ls") end)
+    assert.has_error(function() process.spawn("ls") end,
+      "bad argument #1 to 'spawn': list {program, arg, ...} expected, got string")
     assert.has_error(function() process.spawn({ "ls" }, { nope = 1 }) end,
       "bad argument #2 to 'spawn': unknown option 'nope'")
-    assert.has_error(function() process.spawn({ "ls" }, { stdout = "file" }) end)
+    assert.has_error(function() process.spawn({ "ls" }, { stdout = "file" }) end,
+      "bad argument #1 to 'spawn' (stdout must be \"pipe\", \"inherit\" or \"null\")")
     local ok, err = pcall(mg.run, function()
       local p <close> = assert(process.spawn({ "true" }, { stdout = "null" }))
       p.stdout:read_line()

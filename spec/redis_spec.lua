@@ -95,10 +95,14 @@ describe("moongraph.redis", function()
     it("raises on misuse", function()
       run(function()
         local r = connect()
-        assert.has_error(function() r:call({}) end)
-        assert.has_error(function() r:call("SET", "k", {}) end)
-        assert.has_error(function() r:call("SET", "k", 0 / 0) end)
-        assert.has_error(function() r:call("SET", "k", nil) end)
+        assert.has_error(function() r:call({}) end,
+          "bad argument #1 to 'call' (command name expected, got table)")
+        assert.has_error(function() r:call("SET", "k", {}) end,
+          "bad argument #3 to 'call' (string or number expected, got table)")
+        assert.has_error(function() r:call("SET", "k", 0 / 0) end,
+          "bad argument #3 to 'call' (NaN cannot be sent to Redis)")
+        assert.has_error(function() r:call("SET", "k", nil) end,
+          "bad argument #3 to 'call' (string or number expected, got nil)")
         for _, cmd in ipairs { "MULTI", "SUBSCRIBE", "SELECT", "AUTH", "WATCH", "QUIT" } do
           local ok, err = pcall(r.call, r, cmd, "x")
           assert.is_false(ok)
@@ -137,7 +141,8 @@ describe("moongraph.redis", function()
       assert.matches("scheme", select(2, redis.parse_url("http://h")))
       assert.matches("database", select(2, redis.parse_url("redis://h:1/x")))
       assert.matches("unknown URL parameter", select(2, redis.parse_url("redis://h?color=red")))
-      assert.has_error(function() redis.connect("nonsense") end)
+      assert.has_error(function() redis.connect("nonsense") end,
+        "bad argument #1 to 'connect' (not a redis:// or unix:// URL: nonsense)")
     end)
 
     it("selects the URL's database", function()
@@ -237,9 +242,12 @@ describe("moongraph.redis", function()
     it("refuses blocking commands and subscriptions", function()
       run(function()
         local r = connect()
-        assert.has_error(function() r:pipeline(function(p) p:call("BLPOP", "x", 0) end) end)
-        assert.has_error(function() r:pipeline(function(p) p:call("SUBSCRIBE", "x") end) end)
-        assert.has_error(function() r:pipeline(function(p) p:call("SET", "x", {}) end) end)
+        assert.has_error(function() r:pipeline(function(p) p:call("BLPOP", "x", 0) end) end,
+          "bad argument #1 to 'call' (blocking command BLPOP cannot be pipelined; use conn:call)")
+        assert.has_error(function() r:pipeline(function(p) p:call("SUBSCRIBE", "x") end) end,
+          "bad argument #1 to 'call' (SUBSCRIBE cannot be sent on a shared connection: use conn:subscribe(channels))")
+        assert.has_error(function() r:pipeline(function(p) p:call("SET", "x", {}) end) end,
+          "bad argument #3 to 'call' (string or number expected, got table)")
       end)
     end)
   end)
@@ -414,8 +422,10 @@ describe("moongraph.redis", function()
     end)
 
     it("raises on bad options", function()
-      assert.has_error(function() redis.pool(srv.url, { size = 0 }) end)
-      assert.has_error(function() redis.pool(srv.url, { colour = 1 }) end)
+      assert.has_error(function() redis.pool(srv.url, { size = 0 }) end,
+        "bad argument #2 to 'pool' (size must be a positive integer)")
+      assert.has_error(function() redis.pool(srv.url, { colour = 1 }) end,
+        "bad argument #2 to 'pool' (unknown option 'colour')")
     end)
   end)
 

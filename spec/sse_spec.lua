@@ -140,7 +140,8 @@ describe("sse parser", function()
   end)
 
   it("rejects bad arguments", function()
-    assert.has_error(function() sse.new(-1) end)
-    assert.has_error(function() sse.new():feed(nil) end)
+    assert.has_error(function() sse.new(-1) end, "bad argument #1 to 'new' (max_bytes must be >= 0)")
+    assert.has_error(function() sse.new():feed(nil) end,
+      "bad argument #1 to 'feed' (string expected, got nil)")
   end)
 end)

@@ -118,9 +118,12 @@ return function(name, make, env)
 
     it("raises on misuse", function()
       with_saver(function(s)
-        assert.has_error(function() s:put({}, cp("1"), {}) end)
-        assert.has_error(function() s:put_writes({ thread_id = "t" }, "task", {}) end)
-        assert.has_error(function() s:list({ thread_id = "t" }, { limit = 0 }) end)
+        assert.has_error(function() s:put({}, cp("1"), {}) end,
+          "bad argument #1 to 'put': config.thread_id is required")
+        assert.has_error(function() s:put_writes({ thread_id = "t" }, "task", {}) end,
+          "bad argument #1 to 'put_writes': config.checkpoint_id expected")
+        assert.has_error(function() s:list({ thread_id = "t" }, { limit = 0 }) end,
+          "bad argument #2 to 'list': limit must be a positive number")
       end)
     end)
   end)
