@@ -172,15 +172,24 @@ describe("mcp client and server", function()
   end)
 
   it("closes the server process (stdin closed, then it leaves)", function()
+    local function alive(pid)
+      local f = io.open("/proc/" .. pid .. "/stat")
+      if f then f:close() end
+      return f ~= nil
+    end
+    assert(io.open("/proc/self/stat"), "/proc is not mounted: cannot tell whether the server left"):close()
     local r = mg.run(function()
       local c = assert(connect())
       local pid = c.transport:pid()
+      assert.is_number(pid)
+      local before = alive(pid)
       c:close()
-      local f = io.open("/proc/" .. pid .. "/stat")
-      if f then f:close() end
-      return { f == nil, c:call_tool("echo", { text = "x" }) }
+      return { before, alive(pid), c:call_tool("echo", { text = "x" }) }
     end)
     assert.is_true(r[1])
+    assert.is_false(r[2])
+    assert.is_nil(r[3])         -- and the closed client calls nothing
+    assert.is_string(r[4])
   end)
 
   it("raises on misuse", function()

@@ -3,8 +3,12 @@ local process = require "moongraph.process"
 local cli = require "cli"
 local tmp = require "tmp"
 
--- Is pid still a process of this machine (running or a zombie)?
+-- Is pid still a process of this machine (running or a zombie)? Raises
+-- when it cannot tell: no pid, or no /proc to look in.
 local function exists(pid)
+  assert(math.type(pid) == "integer" and pid > 0, "no pid to look for: " .. tostring(pid))
+  local self = assert(io.open("/proc/self/stat"), "/proc is not mounted: cannot tell whether a process exists")
+  self:close()
   local f = io.open("/proc/" .. pid .. "/stat")
   if f then f:close() return true end
   return false
@@ -226,6 +230,7 @@ describe("moongraph.process", function()
         p:wait()
       end)
       pid = started:get()
+      assert.is_true(exists(pid))
       assert.is_true(t:cancel())
       return settle()
     end)
@@ -239,6 +244,7 @@ describe("moongraph.process", function()
       do
         local p = assert(process.spawn({ "sh", "-c", "trap '' TERM; sleep 30" }, { kill_grace = 0.1 }))
         pid = p:pid()
+        assert.is_true(exists(pid))
       end
       collectgarbage()
       collectgarbage()
@@ -258,6 +264,7 @@ describe("moongraph.process", function()
       end
       return out
     end)
+    assert.equal(10, #pids)
     for _, pid in ipairs(pids) do assert.is_false(exists(pid)) end
   end)
 
