@@ -96,6 +96,7 @@ describe("scripts/agents/ab_test", function()
     assert.equal(0, r.code)
     assert.matches("I am Agent B", r.out)
     r = cli.run({ "run", "scripts/agents/ab_test.lua", "who are you?" }, { env = OFFLINE })
+    assert.equal(0, r.code, r.err)
     assert.matches("I am Agent A", r.out)   -- data/agents/ab_config.json
   end)
 end)

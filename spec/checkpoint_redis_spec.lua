@@ -39,9 +39,15 @@ describe("redis checkpoint saver", function()
       assert.equal("{x}", s:get({ thread_id = "{x}" }).checkpoint.values.who)
       local r = assert(redis.connect(srv.url))
       local keys = r:call("KEYS", s.prefix .. ":*")
+      assert.is_true(#keys >= 3, "keys: " .. #keys)
+      local tags, ntags = {}, 0
       for _, k in ipairs(keys) do
-        assert.matches("^" .. s.prefix .. ":{[^{}]+}:", k)
+        local tag = k:match("^" .. s.prefix .. ":{([^{}]+)}:")
+        assert.is_string(tag, k)
+        if not tags[tag] then tags[tag], ntags = true, ntags + 1 end
       end
+      -- one tag per thread: "a:b", "a" (namespace "b") and "{x}" stay apart
+      assert.equal(3, ntags)
       assert.is_nil(s:get { thread_id = "a" })
     end)
   end)

@@ -18,6 +18,7 @@ describe("moongraph route / eval commands", function()
 
   it("route uses the previous intent's transition boost", function()
     local r = cli.run({ "route", "--json", "--prev-intent", "bulk_waste", "팔 수 있어?" })
+    assert.equal(0, r.code, r.err)
     assert.equal("recyclable_price", cjson.decode(last_line(r.out)).intent)
   end)
 

@@ -56,11 +56,17 @@ describe("eco classifier", function()
     end)
 
     it("lists every feature once", function()
-      local seen = {}
+      local seen, n = {}, 0
       for _, f in ipairs(classifier.features("버려 버려 버려")) do
         assert.is_nil(seen[f])
         seen[f] = true
+        n = n + 1
       end
+      -- the features of the word itself, each once
+      local once = classifier.features("버려")
+      assert.is_true(#once > 0)
+      assert.equal(#once, n)
+      for _, f in ipairs(once) do assert.is_true(seen[f]) end
     end)
   end)
 
@@ -123,6 +129,7 @@ describe("eco classifier", function()
     end)
 
     it("reports probabilities that match how often it is right (ECE < 0.08)", function()
+      assert.is_true(#results >= 100, "held-out predictions: " .. #results)
       local bins = {}
       for _, r in ipairs(results) do
         local b = math.min(10, math.floor(r.p * 10) + 1)
@@ -158,6 +165,7 @@ describe("eco classifier", function()
     end)
 
     it("labels only the nine intents and has no duplicate message", function()
+      assert.is_true(#lines >= 9 * 40, "lines: " .. #lines)
       local known, seen = {}, {}
       for _, c in ipairs(classifier.INTENTS) do known[c] = true end
       for _, o in ipairs(lines) do

@@ -150,11 +150,14 @@ describe("eco eval", function()
     it("shares no message with the training data", function()
       local classifier = require "nodes.lib.intent_model"
       local function norm(m) return (m:gsub("[%s%p]", "")) end
-      local taught = {}
+      local taught, n_taught = {}, 0
       for _, o in ipairs(assert(classifier.read_jsonl(classifier.default_data_path()))) do
         taught[norm(o.message)] = true
+        n_taught = n_taught + 1
       end
-      for _, o in ipairs(assert(classifier.read_jsonl("spec/fixtures/routing_check.jsonl"))) do
+      local checks = assert(classifier.read_jsonl("spec/fixtures/routing_check.jsonl"))
+      assert.is_true(n_taught > 0 and #checks > 0, n_taught .. " training lines, " .. #checks .. " check lines")
+      for _, o in ipairs(checks) do
         assert.is_nil(taught[norm(o.message)], o.message)
       end
     end)
@@ -238,7 +241,7 @@ describe("eco explain", function()
       assert.matches("^\r%[", err.text())
       assert.is_number(cjson.decode(out.text()).nodes.accuracy)
       local quiet = sink()
-      eval_command.main({ "spec/fixtures/routing_check.jsonl" }, { stdout = sink(), stderr = quiet })
+      assert.equal(0, eval_command.main({ "spec/fixtures/routing_check.jsonl" }, { stdout = sink(), stderr = quiet }))
       assert.equal("", quiet.text())
     end)
 
@@ -280,7 +283,8 @@ describe("eco explain", function()
       local out, code = moongraph { "eval", "SPEC_FILE" }
       assert.equal(0, code, out)
       assert.matches("intent accuracy:", out, 1, true)
-      local js = moongraph { "eval", "--json", "SPEC_FILE" }
+      local js, jcode = moongraph { "eval", "--json", "SPEC_FILE" }
+      assert.equal(0, jcode, js)
       assert.is_number(cjson.decode(js).intent.accuracy)
     end)
 

@@ -65,8 +65,13 @@ describe("eco intent", function()
     it("computes confidence as base + boost + keyword delta, clamped", function()
       local r = intent.classify("팔 수 있어?", { prev_intent = "bulk_waste" })
       local ex = r.explain
-      local want = ex.base_confidence + 0.08 + ex.keyword_adjustments.delta
-      assert.near(math.max(0, math.min(1, want)), r.confidence, 1e-3)
+      assert.equal("recyclable_price", r.intent)
+      -- base: the classifier's score of the intent; no keyword of it: -0.1
+      assert.near(ex.scores.recyclable_price, ex.base_confidence, 1e-3)
+      assert.equal(-0.1, ex.keyword_adjustments.delta)
+      local want = ex.scores.recyclable_price + 0.08 - 0.1
+      assert.is_true(want > 0 and want < 1)
+      assert.near(want, r.confidence, 1e-3)
     end)
 
     describe("transition boosts", function()

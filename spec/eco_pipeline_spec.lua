@@ -78,6 +78,7 @@ describe("Eco² chat pipeline", function()
 
     it("runs the three nodes in one parallel step, between intent and aggregator", function()
       local st = step_of(out, "waste_rag")
+      assert.is_number(st)
       assert.are.equal(st, step_of(out, "collection_point"))
       assert.are.equal(st, step_of(out, "weather"))
       assert.are.equal(st - 1, step_of(out, "intent"))
@@ -218,10 +219,16 @@ describe("Eco² chat pipeline", function()
       assert.matches("■ 웹 검색 결과 — 분리배출 방법을 찾지 못해 대신 가져왔습니다", s.answer)
       assert.matches("※ 분리배출 방법: 찾지 못해 웹 검색 결과로 대신했습니다", s.answer)
       -- the fallback ran in the same task, in the same step
+      assert.is_number(step_of(out, "waste_rag"))
       assert.are.equal(step_of(out, "waste_rag"), step_of(out, "web_search"))
+      local fallbacks = 0
       for _, e in ipairs(out.nodes) do
-        if e.node == "web_search" then assert.are.equal("waste_rag", e.fallback_of) end
+        if e.node == "web_search" then
+          assert.are.equal("waste_rag", e.fallback_of)
+          fallbacks = fallbacks + 1
+        end
       end
+      assert.are.equal(1, fallbacks)
     end)
 
     it("a failing character service (fail_close) ends the run with the node's error", function()
@@ -330,8 +337,12 @@ describe("Eco² chat pipeline", function()
 
   it("draws the graph with the fan-out and the fallback edges", function()
     local m = app:mermaid()
-    assert.matches("intent", m)
-    assert.matches("aggregator", m)
-    assert.matches("clarify", m)
+    for _, edge in ipairs {
+      "n_intent -.-> n_waste_rag", "n_intent -.-> n_collection_point", "n_intent -.-> n_weather",
+      "n_waste_rag --> n_aggregator", "n_aggregator -.-> n_answer", "n_aggregator -.-> n_clarify",
+      'n_waste_rag -.->|"fallback"| n_web_search', 'n_general -.->|"fallback"| n_clarify',
+    } do
+      assert.matches(edge, m, 1, true)
+    end
   end)
 end)

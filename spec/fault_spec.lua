@@ -26,15 +26,17 @@ end
 
 local EXPECTED = "n1,n2,n3,n4,n5,n6,n7,n8,n9,n10"
 
--- Every checkpoint of the thread decodes, and those saved before the fault
--- are all still there.
+-- Every checkpoint of the thread decodes, the finished run's last one (step
+-- 10) is there, and those saved before the fault are all still there.
 local function check_history(saver, thread, before)
   local list = assert(saver:list { thread_id = thread })
-  local have = {}
+  local have, last = {}, -1
   for _, tup in ipairs(list) do
     have[tup.checkpoint.id] = true
     assert.equal(tup.checkpoint.step, #tup.checkpoint.values.log)
+    last = math.max(last, tup.checkpoint.step)
   end
+  assert.equal(10, last)
   for _, id in ipairs(before) do assert.is_true(have[id], "checkpoint " .. id .. " was lost") end
   return list
 end
@@ -107,6 +109,7 @@ describe("fault tolerance", function()
         end)
         local out = run_through(app, thread, "checkpointer .* failed: redis: ")
         assert.equal(EXPECTED, table.concat(out.log, ","))
+        assert.is_true(#before >= 6, "checkpoints acknowledged before the kill: " .. #before)
         check_history(saver, thread, before)
       end)
     end)

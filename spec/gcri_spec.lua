@@ -173,6 +173,7 @@ describe("GCRI workflow", function()
     assert.is_false(out.memory.decisions[1].accepted)
     assert.is_true(out.memory.decisions[2].accepted)
     -- iteration 2's branches saw iteration 1's rejections
+    assert.equal(4, #seen)
     for _, s in ipairs(seen) do
       assert.equal(s.count == 1 and 0 or 2, s.rejected)
     end

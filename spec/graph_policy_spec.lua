@@ -34,14 +34,24 @@ describe("node policies", function()
   end)
 
   it("retry_on decides which errors are retried", function()
-    local calls = 0
-    local g = G.new()
-    g:add_node("auth", function() calls = calls + 1; error("401 unauthorized") end,
-      { retry = { max_attempts = 5, initial_interval = 0.001,
-        retry_on = function(e) return not tostring(e):find("401") end } })
-    g:add_edge(START, "auth")
-    run(function() return g:compile():invoke {} end)
-    assert.equal(1, calls)
+    local calls = { auth = 0, busy = 0 }
+    local retry = { max_attempts = 5, initial_interval = 0.001,
+      retry_on = function(e) return not tostring(e):find("401", 1, true) end }
+    local function failing(name, msg)
+      local g = G.new()
+      g:add_node(name, function() calls[name] = calls[name] + 1; error(msg) end, { retry = retry })
+      g:add_edge(START, name)
+      return run(function() return g:compile():invoke {} end)
+    end
+    local out, err = failing("auth", "401 unauthorized")
+    assert.is_nil(out)
+    assert.matches("401 unauthorized", err, 1, true)
+    assert.equal(1, calls.auth)
+    -- an error retry_on accepts is retried up to max_attempts
+    out, err = failing("busy", "503 busy")
+    assert.is_nil(out)
+    assert.matches("503 busy", err, 1, true)
+    assert.equal(5, calls.busy)
   end)
 
   it("backoff grows by backoff_factor up to max_interval; jitter stays within half to 1.5 times", function()
@@ -133,6 +143,7 @@ describe("node policies", function()
     g:add_edge(START, "rag"):add_edge("rag", "answer")
     local out = run(function() return g:compile():invoke { q = "paper?" } end)
     assert.equal("from the web", out.answer)    -- rag's outgoing edge fired
+    assert.is_number(seen.rag_step)
     assert.equal(seen.rag_step, seen.fb_step)
     assert.equal("web_search", seen.fb_node)
     assert.equal("paper?", seen.q)

@@ -132,6 +132,7 @@ insulate("messages reducer ids across processes", function()
       ids[i] = out[1].id
     end
     assert.is_string(ids[1])
+    assert.is_string(ids[2])
     assert.are_not.equal(ids[1], ids[2])
   end)
 end)

@@ -126,6 +126,7 @@ describe("graph execution", function()
       { go_x = "x", go_y = "y" })
     local out = run(function() return g:compile():invoke {} end)
     assert.is_true(out.x and out.y)
+    assert.is_number(steps.x)
     assert.equal(steps.x, steps.y)
   end)
 

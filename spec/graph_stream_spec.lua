@@ -130,7 +130,7 @@ describe("streaming", function()
   end)
 
   it("leaving the loop early cancels the run", function()
-    local reached = false
+    local reached, left = false, false
     local g = G.new()
     g:add_node("a", function() return { x = 1 } end)
     g:add_node("b", function() mg.sleep(0.01); reached = true end)
@@ -138,15 +138,16 @@ describe("streaming", function()
     local app = g:compile()
     run(function()
       for ev in app:stream({}, { modes = "updates" }) do
-        if ev.node == "a" then break end
+        if ev.node == "a" then left = true; break end
       end
       mg.sleep(0.03)
     end)
+    assert.is_true(left)
     assert.is_false(reached)
   end)
 
   it("leaving the loop early also cancels the tasks of a parallel step", function()
-    local finished = {}
+    local finished, left = {}, false
     local g = G.new()
     g:add_node("fan", function(_, ctx) ctx.emit "fanned out" end)
     g:add_node("p1", function() mg.sleep(0.01); finished.p1 = true end)
@@ -155,10 +156,11 @@ describe("streaming", function()
     local app = g:compile()
     run(function()
       for ev in app:stream({}, { modes = { "tasks" } }) do
-        if ev.node == "p2" and ev.data.event == "start" then break end
+        if ev.node == "p2" and ev.data.event == "start" then left = true; break end
       end
       mg.sleep(0.03)
     end)
+    assert.is_true(left)
     assert.same({}, finished)
   end)
 
@@ -190,6 +192,8 @@ describe("tracing", function()
     assert.is_table(spans.fan)
     assert.is_table(spans.p1)
     assert.is_table(spans.p2)
+    assert.is_number(spans.p1.tid)
+    assert.is_number(spans.p2.tid)
     assert.are_not.equal(spans.p1.tid, spans.p2.tid)
     -- the two spans overlap in time
     assert.is_true(spans.p1.ts < spans.p2.ts + spans.p2.dur and spans.p2.ts < spans.p1.ts + spans.p1.dur)

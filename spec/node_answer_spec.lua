@@ -171,11 +171,13 @@ describe("feedback node", function()
     local invented = "플라스틱은 매주 화요일에 녹색 봉투에 담아 아파트 관리실에 맡기면 됩니다. "
       .. "가까운 수거함은 한강공원 입구에 있고 오늘은 맑습니다."
     local u = feedback.heuristic(s.message, feedback.grounding(s), invented)
+    assert.is_true(#feedback.dimensions >= 4)
     for _, d in ipairs(feedback.dimensions) do
       if d ~= "context_relevance" then
         assert.is_true(g[d] > u[d], d .. ": " .. tostring(g[d]) .. " vs " .. tostring(u[d]))
       end
     end
+    assert.is_number(g.context_relevance)
     assert.are.equal(g.context_relevance, u.context_relevance)  -- same contexts
     assert.is_true(g.overall > u.overall)
     assert.is_true(g.faithfulness >= 0.9)

@@ -50,6 +50,7 @@ describe("collection_point node", function()
     local c = cp.run({ message = "폐건전지 어디에 버려?", user_location = "서울특별시 강남구" },
       fx.offline_ctx()).contexts.collection_point
     assert.are.same({ "battery" }, c.data.types)
+    assert.is_true(#c.data.points > 0)
     for _, p in ipairs(c.data.points) do assert.are.equal("battery", p.type) end
     assert.matches("보조배터리", c.text)
   end)

@@ -18,6 +18,7 @@ describe("intent node", function()
     assert.are.same({ role = "user", content = "종이 어떻게 버려? 그리고 수거함도 알려줘",
                       turn = 1, intent = "waste" }, up.messages)
     -- the per-turn keys start empty
+    assert.is_table(intent_node.RESET)
     assert.are.same(intent_node.RESET, up.contexts)
     assert.are.same(intent_node.RESET, up.errors)
     assert.is_false(up.prev_intent)

@@ -3,6 +3,7 @@ local registry = require "nodes.registry"
 describe("nodes.registry", function()
   it("loads every node with the contract the pipeline relies on", function()
     local nodes = registry.load_all()
+    assert.are.equal(11, #registry.names)
     for _, name in ipairs(registry.names) do
       local n = nodes[name]
       assert.are.equal(name, n.name)
@@ -15,9 +16,12 @@ describe("nodes.registry", function()
   it("maps every intent to a known node", function()
     local known = {}
     for _, n in ipairs(registry.names) do known[n] = true end
+    local mapped = 0
     for intent, node in pairs(registry.intent_to_node) do
       assert.is_true(known[node], intent .. " -> " .. node)
+      mapped = mapped + 1
     end
+    assert.are.equal(9, mapped)   -- the nine intents
   end)
 
   it("carries the seed's policies", function()

@@ -191,8 +191,12 @@ describe("moongraph.pg", function()
         assert.matches("missing", err)
         assert.equal("42P01", state)
         -- one implicit transaction: nothing of the script is left
-        assert.is_nil((db:query("SELECT * FROM e2")))
-        assert.is_nil((db:query("SELECT * FROM e3")))
+        for _, t in ipairs { "e2", "e3" } do
+          local rows, qerr, qstate = db:query("SELECT * FROM " .. t)
+          assert.is_nil(rows)
+          assert.matches('relation "' .. t .. '" does not exist', qerr, 1, true)
+          assert.equal("42P01", qstate)
+        end
       end)
     end)
   end)
@@ -305,21 +309,30 @@ describe("moongraph.pg", function()
       run(function()
         local db = connect()
         local watcher = connect()
+        local function running()
+          return assert(watcher:query([[SELECT count(*) AS c FROM pg_stat_activity
+            WHERE query LIKE '%marker-cancel%' AND pid <> pg_backend_pid() AND state = 'active']]))[1].c
+        end
         local t = mg.spawn(function() return db:query("SELECT pg_sleep(30), 'marker-cancel'") end)
-        mg.sleep(0)   -- the task runs until it waits on the statement
+        -- the statement runs on the server before it is cancelled (a bounded poll)
+        local n = 0
+        for _ = 1, 500 do
+          n = running()
+          if n == 1 then break end
+          mg.sleep(0.01)
+        end
+        assert.equal(1, n)
         assert.is_true(t:cancel())
         local ok, err = t:join()
         assert.is_false(ok)
         assert.equal("cancelled", err)
         -- the cancel request reaches the backend; poll for it with a bound
-        local running = 1
         for _ = 1, 100 do
-          running = watcher:query([[SELECT count(*) AS c FROM pg_stat_activity
-            WHERE query LIKE '%marker-cancel%' AND pid <> pg_backend_pid() AND state = 'active']])[1].c
-          if running == 0 then break end
+          n = running()
+          if n == 0 then break end
           mg.sleep(0.02)
         end
-        assert.equal(0, running)
+        assert.equal(0, n)
         assert.equal(1, db:query("SELECT 1 AS one")[1].one)
       end)
     end)
@@ -384,7 +397,9 @@ describe("moongraph.pg", function()
         local after = mg.spawn(function() return p:query("SELECT 'after' AS v") end)
         mg.sleep(0)
         quitter:cancel()
-        assert.truthy(holder:join())
+        local hok, hrows = holder:join()
+        assert.is_true(hok)
+        assert.is_table(hrows)
         local ok, rows = after:join()
         assert.is_true(ok)
         assert.equal("after", rows[1].v)

@@ -291,7 +291,18 @@ describe("moongraph.redis", function()
       run(function()
         local r = connect()
         local t = mg.spawn(function() return r:call("BLPOP", "never", 0) end)
-        mg.sleep(0)   -- the task runs until it waits on the reply
+        -- the BLPOP waits in Redis before it is cancelled (a bounded poll
+        -- for a client blocked, flag b, in a BLPOP)
+        local n = 0
+        for _ = 1, 500 do
+          n = 0
+          for line in srv:cli("CLIENT", "LIST"):gmatch("[^\n]+") do
+            if line:find(" flags=%a*b") and line:find(" cmd=blpop", 1, true) then n = n + 1 end
+          end
+          if n == 1 then break end
+          mg.sleep(0.01)
+        end
+        assert.equal(1, n)
         assert.is_true(t:cancel())
         local ok, err = t:join()
         assert.is_false(ok)
@@ -393,6 +404,10 @@ describe("moongraph.redis", function()
     it("cancelling a task mid-command leaves the connection in order", function()
       run(function()
         local r = connect()
+        local function debug_calls()
+          return tonumber(srv:cli("INFO", "commandstats"):match("cmdstat_debug:calls=(%d+)")) or 0
+        end
+        local before = debug_calls()
         local t = mg.spawn(function() return r:call("DEBUG", "SLEEP", 0.2) end)
         mg.sleep(0)   -- the task runs until it waits on the reply
         assert.is_true(t:cancel())
@@ -400,6 +415,8 @@ describe("moongraph.redis", function()
         -- the orphaned reply is consumed, later replies stay matched
         assert.equal("OK", r:call("SET", "after", "1"))
         assert.equal("1", r:call("GET", "after"))
+        -- and the DEBUG SLEEP did reach Redis: its reply was the orphaned one
+        assert.equal(before + 1, debug_calls())
       end)
     end)
   end)
@@ -460,6 +477,7 @@ describe("moongraph.redis", function()
         assert.matches("cannot connect to 127%.0%.0%.1:%d+", err)
         v, err = p:call("PING")
         assert.is_nil(v)
+        assert.matches("^redis: ", err)
         srv:start()
         assert.equal("PONG", r:call("PING"))
         assert.equal("PONG", p:call("PING"))

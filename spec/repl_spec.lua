@@ -16,11 +16,13 @@ describe("REPL", function()
 
   it("prints =expr and bare expressions with the table pretty-printer", function()
     local r = cli.run({ "repl" }, { stdin = "={b = 2, a = {1, 2}}\n'x', 3\n" })
+    assert.equal(0, r.code, r.err)
     assert.equal('{ a = { 1, 2 }, b = 2 }\n"x"\t3\n', r.out)
   end)
 
   it("runs each entry in a task so waiting calls work at the prompt", function()
     local r = cli.run({ "repl" }, { stdin = "t0 = mg.now(); mg.sleep(0.01); return mg.now() - t0 >= 0.009\n" })
+    assert.equal(0, r.code, r.err)
     assert.equal("true\n", r.out)
   end)
 
@@ -46,6 +48,7 @@ describe("REPL", function()
       "q:get()",
       "",
     }, "\n") })
+    assert.equal(0, r.code, r.err)
     assert.matches("42\n$", r.out)
   end)
 
@@ -59,6 +62,7 @@ describe("REPL", function()
   it("runs FILE first when given", function()
     local p = cli.write_temp("greeting = 'hi from file'")
     local r = cli.run({ "repl", p }, { stdin = "greeting\n" })
+    assert.equal(0, r.code, r.err)
     assert.equal('"hi from file"\n', r.out)
   end)
 

@@ -105,6 +105,7 @@ describe("the worker container", function()
     local mapping = {}
     for rt, from in text:gmatch("\n#%s+(%S+)%s+<%-%s+(%S+)[ \t]*") do mapping[rt] = from end
     local installs = set(st[2].installs)
+    assert.is_true(#sorted(mapping) >= 5, "the Dockerfile documents no '# runtime-package <- build-package' lines")
     assert.same(sorted(installs), sorted(mapping))
     for rt, from in pairs(mapping) do
       assert.is_true(listed[from] ~= nil, rt .. " comes from " .. from .. ", which tools/debian-packages.txt lacks")

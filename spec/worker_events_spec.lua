@@ -89,6 +89,7 @@ describe("worker events", function()
     end)
     assert.is_true(first)
     assert.is_false(second)
+    assert.equal(3, #entries)   -- the second finish added nothing
     assert.same({ "token", "answer", "done" },
       { field(entries[1], "type"), field(entries[2], "type"), field(entries[3], "type") })
     assert.is_true(ttl > 0 and ttl <= 60)
@@ -141,7 +142,9 @@ describe("worker events", function()
       for i = 6, 10 do em:push("token", { text = tostring(i) }) end
       em:flush()
       events.finish(r, "ev:bounce", { { "done", { status = "done" } } }, {})
-      assert(follower:join())
+      local ok, last, ferr = follower:join()
+      assert(ok, last)
+      assert(last, ferr)   -- follow ended at done, with the last id
       assert(retries > 0, "the follower never saw the restart")
       return seen
     end)

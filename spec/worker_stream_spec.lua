@@ -33,6 +33,8 @@ describe("moongraph submit", function()
     mg.run(function() first:wait(10) end)
     local seen = lines(first)
     local last_id = seen[#seen].id
+    assert.matches("^%d+%-%d+$", last_id)
+    assert.is_string(seen[#seen].type)
     assert.is_not.equal("done", seen[#seen].type)
     local second = env:spawn { "submit", "--redis", env.redis_url, "--json",
                                "--attach", "stream-1", "--last-id", last_id }
