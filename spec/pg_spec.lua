@@ -379,11 +379,11 @@ describe("moongraph.pg", function()
       run(function()
         local p = pg.pool(url, { size = 1 })
         local order, tasks = {}, {}
-        tasks[1] = mg.spawn(function() p:query("SELECT pg_sleep(0.05)"); order[#order + 1] = 1 end)
+        tasks[1] = mg.spawn(function() assert(p:query("SELECT pg_sleep(0.05)")); order[#order + 1] = 1 end)
         for i = 2, 6 do
-          tasks[i] = mg.spawn(function() p:query("SELECT 1"); order[#order + 1] = i end)
+          tasks[i] = mg.spawn(function() assert(p:query("SELECT 1")); order[#order + 1] = i end)
         end
-        for i = 1, 6 do tasks[i]:join() end
+        for i = 1, 6 do assert(tasks[i]:join()) end
         assert.same({ 1, 2, 3, 4, 5, 6 }, order)
       end)
     end)

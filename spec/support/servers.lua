@@ -63,9 +63,13 @@ Server.__index = Server
 
 local function new(kind, args)
   -- $PPID inside popen's shell is this Lua process: the watchdog's owner.
-  local s = parse(run(args, ' --owner "$PPID"', "cannot start a throwaway " .. kind))
+  local out = run(args, ' --owner "$PPID"', "cannot start a throwaway " .. kind)
+  local s = parse(out)
   s.port = tonumber(s.port)
   s.pid = tonumber(s.pid)
+  if not (s.dir and s.port and s.pid and s.url) then
+    error("servers.sh started a " .. kind .. " but did not describe it: " .. out, 3)
+  end
   s.alive = true
   return setmetatable(s, Server)
 end

@@ -159,13 +159,6 @@ end
 local Env = {}
 Env.__index = Env
 
--- The workers' default saver (cached: Postgres behind a Redis cache) when
--- this build has it, else files in the environment's directory.
-local saver_kind = function(dir)
-  if pcall(require, "moongraph.checkpoint.cached") then return "cached" end
-  return "file:" .. dir .. "/checkpoints"
-end
-
 function _M.new(opts)
   opts = opts or {}
   local self = setmetatable({ procs = {}, n = 0 }, Env)
@@ -174,7 +167,8 @@ function _M.new(opts)
   self.redis_url = self.redis.url
   self.pg_url = self.pg.url
   self.dir = _M.tmpdir("worker", "file")
-  self.checkpoint = opts.checkpoint or saver_kind(self.dir)
+  -- the workers' default saver: Postgres behind a Redis cache
+  self.checkpoint = opts.checkpoint or "cached"
   return self
 end
 
