@@ -4,6 +4,7 @@
 local mg = require "moongraph"
 local G = require "moongraph.graph"
 local cli = require "cli"
+local tmp = require "tmp"
 local START, END = G.START, G.END
 
 local function noop() end
@@ -45,8 +46,7 @@ describe("drawing a graph", function()
   end)
 
   it("draw_png writes a PNG rendered by Graphviz", function()
-    local path = os.tmpname() .. ".png"
-    finally(function() os.remove(path) end)
+    local path = tmp.path("g.png", "draw")   -- removed with its directory when the test ends
     local ok, err = mg.run(function() return nested():draw_png(path) end)
     assert.is_true(ok, err)
     local bytes = assert(slurp(path))
@@ -54,8 +54,7 @@ describe("drawing a graph", function()
   end)
 
   it("draw picks svg from the file name; the picture names every node", function()
-    local path = os.tmpname() .. ".svg"
-    finally(function() os.remove(path) end)
+    local path = tmp.path("g.svg", "draw")
     assert.is_true(mg.run(function() return nested():draw(path) end))
     local svg = assert(slurp(path))
     assert.matches("<svg", svg)
@@ -83,8 +82,7 @@ describe("moongraph draw", function()
     local r = cli.run { "draw", "scripts/gcri/graph.lua", "--format", "dot" }
     assert.equal(0, r.code, r.err)
     assert.truthy(r.out:find('subgraph "cluster_hypothesis_executor"', 1, true))
-    local path = os.tmpname() .. ".png"
-    finally(function() os.remove(path) end)
+    local path = tmp.path("g.png", "draw")
     r = cli.run { "draw", "scripts/gcri/graph.lua", "--output", path }
     assert.equal(0, r.code, r.err)
     assert.equal("\137PNG", assert(slurp(path)):sub(1, 4))
@@ -98,7 +96,6 @@ describe("moongraph draw", function()
     assert.equal(2, r.code)
     assert.matches("missing SCRIPT", r.err)
     local script = cli.write_temp("return 42\n")
-    finally(function() os.remove(script) end)
     r = cli.run { "draw", script }
     assert.equal(1, r.code)
     assert.matches("expected a compiled graph or a module with build{}", r.err)
