@@ -78,7 +78,7 @@ describe("Eco² conversation memory", function()
 
   it("reads Postgres when Redis is unreachable", function()
     local url = fresh_db()
-    local m = mg.run(function()
+    local m, cached, l1, l1_err = mg.run(function()
       local db = assert(pg.connect(url))
       local r = assert(redis.connect(rsrv.url))
       local mem = memory.new { redis = r, db = db, key = config.key_helper("mgspec2") }
@@ -86,11 +86,18 @@ describe("Eco² conversation memory", function()
         return assert(mem:record(tx, { thread_id = "x", user_id = "u", job_id = "j", turn = 1,
           intent = "waste", message = "q", answer = "a" }))
       end))
+      -- the thread is in L1 too, so only an unreachable Redis sends it to Postgres
+      assert(mem:load("x", "u"))
+      local in_l1 = assert(mem:load_l1("x"))
       rsrv:stop("kill")
+      local no_l1, err = mem:load_l1("x")
       local got = assert(mem:load("x", "u"))
       rsrv:start()
-      return got
+      return got, in_l1, no_l1, err
     end)
+    assert.equal("redis", cached.source)
+    assert.is_nil(l1)
+    assert.is_string(l1_err)    -- Redis could not be asked, not "nothing cached"
     assert.equal("postgres", m.source)
     assert.equal("waste", m.intent)
     assert.equal(2, #m.messages)

@@ -108,7 +108,7 @@ describe("functional API", function()
   it("a thread's second streamed run gives only its own return value", function()
     local wf = mg.entrypoint { checkpointer = mg.checkpoint.memory() } (function(x) return x * 10 end)
     local values = mg.run(function()
-      wf:invoke(1, { thread_id = "again" })
+      assert.equal(10, wf:invoke(1, { thread_id = "again" }))   -- the thread has a previous value
       local out = {}
       for ev in wf:stream(2, { thread_id = "again", stream_mode = "values" }) do out[#out + 1] = ev.data end
       return out

@@ -257,8 +257,14 @@ describe("an LLM call inside a node streams in messages mode without a callback"
       return { text = r.content }
     end)
     g:add_edge(START, "quiet")
-    local events = mg.run(function() return collect(g:compile(), {}, { stream_mode = "messages" }) end)
-    assert.equal(0, #events)
+    local events = mg.run(function() return collect(g:compile(), {}, { stream_mode = { "messages", "values" } }) end)
+    assert.equal(0, #of_mode(events, "messages"))
+    -- and the call was made: the node stored its answer
+    local values = of_mode(events, "values")
+    assert.is_true(#values > 0)
+    local text = values[#values].data.text
+    assert.is_string(text)
+    assert.is_true(#text > 0)
   end)
 end)
 

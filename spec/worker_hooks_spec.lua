@@ -7,6 +7,7 @@ local cjson = require "cjson"
 local wenv = require "worker_env"
 local client = require "moongraph.worker.client"
 local results = require "moongraph.worker.results"
+local redis = require "moongraph.redis"
 
 local env
 local PLAIN = "plain=spec/support/worker_scripts/plain.lua"
@@ -26,9 +27,12 @@ local function of_type(list, t)
   return out
 end
 
--- How often a hook of hooks.lua ran for a job.
+-- How often a hook of hooks.lua ran for a job (0: never); raises when
+-- Redis cannot say.
 local function calls(r, job_id, hook)
-  return tonumber(r:call("GET", "moongraph:hookspec:" .. job_id .. ":" .. hook)) or 0
+  local v, err = r:call("GET", "moongraph:hookspec:" .. job_id .. ":" .. hook)
+  if v == redis.null then return 0 end
+  return assert(tonumber(v), "the count of " .. hook .. " for " .. job_id .. ": " .. tostring(v or err))
 end
 
 local function drained(r)
@@ -144,10 +148,13 @@ describe("moongraph worker with a script of its own", function()
       local r, db = env:conns()
       local c = assert(client.connect { redis = r })
       local id = assert(c:submit { thread_id = "t-k", user_id = "u", input = { text = "slow", sleep = 2 } })
-      c:follow(id, { idle_timeout = 20, block = 0.5, on_event = function(ev)
+      -- kill it while the job's node runs: follow stopped there, not at the end
+      local at, done_early = c:follow(id, { idle_timeout = 20, block = 0.5, on_event = function(ev)
         if ev.type == "node_start" and ev.data.node == "work" then return false end
       end })
-      a:kill()
+      assert(at, "the work node never started: " .. tostring(done_early))
+      assert.is_nil(done_early)
+      assert.equal(137, a:kill())
       local b = env:worker { "--script", HOOKS, "--claim-idle", "1", "--claim-interval", "0.2" }
       local _, done = events_of(c, id, 30)
       assert.equal("done", done.data.status)
@@ -173,7 +180,9 @@ describe("moongraph worker with a script of its own", function()
       local ev, done = events_of(c, refused)
       assert.equal("dead", done.data.status)
       assert.equal("the script refused the job: this job asks to be refused", ev[1].data.error)
-      assert.is_nil((results.get(db, refused)))
+      local stored, gerr = results.get(db, refused)
+      assert.is_nil(gerr)
+      assert.is_nil(stored)
       local busy = assert(c:submit { thread_id = "t-b", input = { text = "later", busy = 1 } })
       local _, bdone = events_of(c, busy, 30)
       assert.equal("done", bdone.data.status)
@@ -251,7 +260,6 @@ describe("moongraph worker with a script of its own", function()
       assert.equal("echo: still here", assert(results.get(db, id)).answer)
     end)
     stop(w)
-    os.execute("rm -rf " .. wenv.quote(dir))
   end)
 
   it("exits 2 with a clear message when no script is given", function()
@@ -273,7 +281,6 @@ return { build = steps.build, worker = { scope = "badsql",
     f:close()
     local w = env:worker { "--script", "badsql=" .. path }
     local code = mg.run(function() return w:wait(20) end)   -- not after the 60 s of retries
-    os.execute("rm -rf " .. wenv.quote(dir))
     assert.equal(1, code)
     local line = w:logged("worker could not start")[1]
     assert.is_table(line)
@@ -289,7 +296,6 @@ return { build = steps.build, worker = { scope = "badsql",
     f:close()
     local w = env:worker { "--script", "bad=" .. path }
     local code = mg.run(function() return w:wait(20) end)
-    os.execute("rm -rf " .. wenv.quote(dir))
     assert.equal(1, code)
     local line = w:logged("worker could not start")[1]
     assert.is_table(line)

@@ -149,7 +149,7 @@ WHERE i.indrelid = 'moongraph_worker_migrations'::regclass AND i.indisprimary]],
 
   it("rolls the result back when the work done with it fails", function()
     local url = fresh_db()
-    local ok, err, row = mg.run(function()
+    local ok, err, row, get_err = mg.run(function()
       local db = assert(pg.connect(url))
       assert(migrations.migrate(db))
       local o, e = results.commit(db, { job_id = "j2", thread_id = "t", status = "done", answer = "a" },
@@ -158,6 +158,7 @@ WHERE i.indrelid = 'moongraph_worker_migrations'::regclass AND i.indisprimary]],
     end)
     assert.is_nil(ok)
     assert.matches("hook said no", err)
-    assert.is_nil(row)
+    assert.is_nil(get_err)      -- the table was read, and
+    assert.is_nil(row)          -- holds no row for the job
   end)
 end)

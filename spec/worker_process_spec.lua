@@ -245,7 +245,7 @@ describe("moongraph worker", function()
         local id = assert(c:submit { thread_id = "t-resume", user_id = "u", input = { message = "sleep=2 tokens=4" } })
         wait_node_start(c, id, "slow")
         if how == "kill -9" then
-          a:kill()
+          assert.equal(137, a:kill())     -- killed mid-job, not exited by itself
         elseif how == "a second SIGINT" then
           a:signal("INT")
           wenv.eventually("the drain to begin", 10, function() return a:logged("SIGINT: draining")[1] end)
@@ -253,7 +253,7 @@ describe("moongraph worker", function()
           assert.equal(0, a:wait(10))
         else
           a:signal("TERM")
-          a:wait(10)
+          assert.equal(0, a:wait(10))     -- docs/worker.md: the grace ends, the jobs are left, status 0
         end
         local b = env:worker { "--script", STEPS, "--claim-idle", "1", "--claim-interval", "0.2" }
         local ev, done = events_of(c, id, 30)

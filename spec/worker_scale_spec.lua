@@ -130,7 +130,7 @@ describe("many workers side by side", function()
         mg.sleep(1.2)
         if kills < 8 and done_count(db) < N then
           victim = victim % 3 + 1
-          workers[victim]:kill()
+          assert.equal(137, workers[victim]:kill())
           kills = kills + 1
           workers[victim] = env:worker(args)
         end
