@@ -145,7 +145,7 @@ describe("graph builder", function()
     g:add_node("a", noop)
     g:add_edge(START, "a")
     assert.has_error(function() g:compile { checkpoint = true } end,
-      "bad argument #1 to 'compile': unknown option 'checkpoint' (expected checkpointer, recursion_limit, interrupt_before, interrupt_after, name, durability)")
+      "bad argument #1 to 'compile': unknown option 'checkpoint' (expected checkpointer, store, recursion_limit, interrupt_before, interrupt_after, name, durability)")
     assert.has_error(function() g:compile { recursion_limit = 0 } end,
       "bad argument #1 to 'compile': recursion_limit must be a positive integer")
     assert.has_error(function() g:compile { checkpointer = {} } end,

@@ -167,7 +167,7 @@ describe("streaming", function()
   it("rejects unknown modes and streaming outside a task", function()
     local app = two_writers()
     assert.has_error(function() app:stream({}, { modes = { "everything" } }) end,
-      "bad argument #2 to 'stream': unknown mode 'everything' (expected values, updates, messages, custom, tasks, debug)")
+      "bad argument #2 to 'stream': unknown mode 'everything' (expected values, updates, messages, custom, tasks, debug, checkpoints)")
     assert.has_error(function() app:stream({}) end,
       "app:stream must be called inside a moongraph task (mg.run, mg.spawn or the CLI)")
   end)
