@@ -3,6 +3,8 @@
 --
 --   local wenv = require "worker_env"
 --   local env = wenv.new{ persist = true }         -- servers (one pair per spec file)
+--     (appendfsync = "everysec": Redis AOF with that policy; durable = true:
+--     Postgres with fsync on, for benchmarks)
 --   env.redis_url, env.pg_url, env.checkpoint       -- checkpoint: the saver kind workers use
 --   local w = env:worker{ "--concurrency", "8" }    -- a worker process (consumer w<N>)
 --   w:wait_started()   w:signal("TERM")   w:kill()   w:wait(timeout) -> exit status
@@ -162,8 +164,8 @@ Env.__index = Env
 function _M.new(opts)
   opts = opts or {}
   local self = setmetatable({ procs = {}, n = 0 }, Env)
-  self.redis = servers.redis { persist = opts.persist }
-  self.pg = servers.postgres()
+  self.redis = servers.redis { persist = opts.persist, appendfsync = opts.appendfsync }
+  self.pg = servers.postgres { durable = opts.durable }
   self.redis_url = self.redis.url
   self.pg_url = self.pg.url
   self.dir = _M.tmpdir("worker", "file")

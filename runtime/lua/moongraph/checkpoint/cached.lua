@@ -88,6 +88,29 @@ function saver:put_writes(cfg, task_id, writes)
   return true
 end
 
+--[[ put_batch(list): the list into Postgres in one transaction, then into
+Redis in one MULTI/EXEC (each saver's put_batch, else one call per write). ]]
+function saver:put_batch(list)
+  local d = self.durable
+  if type(d.put_batch) == "function" then
+    local ok, err = d:put_batch(list)
+    if not ok then return nil, err end
+  else
+    for _, o in ipairs(list) do
+      local ok, err = d[o.op](d, o.a, o.b, o.c)
+      if not ok then return nil, err end
+    end
+  end
+  if type(self.l1.put_batch) == "function" then
+    cache_call(self, "put_batch", list)
+  else
+    for _, o in ipairs(list) do
+      if not cache_call(self, o.op, o.a, o.b, o.c) then break end
+    end
+  end
+  return true
+end
+
 local function task_ids(tuple)
   local seen, list = {}, {}
   for _, w in ipairs(tuple.pending_writes or {}) do

@@ -208,23 +208,45 @@ end
 
 ---------------------------------------------------------------- saving
 
-local PUT_SQL = [[
-WITH blobs AS (
+-- One statement saves any number of checkpoints (with their new blobs) and
+-- pending writes of one thread: one round trip, one transaction.
+local SAVE_SQL = [[
+WITH b AS (
   INSERT INTO moongraph_checkpoint_blobs (thread_id, checkpoint_ns, channel, version, value)
-  SELECT $1, $2, x.c, x.v, x.b FROM json_to_recordset($3::json) AS x(c text, v text, b json)
+  SELECT $1, x.n, x.c, x.v, x.b FROM json_to_recordset($2::json) AS x(n text, c text, v text, b json)
   ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE SET value = EXCLUDED.value
+), c AS (
+  INSERT INTO moongraph_checkpoints
+    (thread_id, checkpoint_ns, checkpoint_id, parent_id, checkpoint, channel_versions, metadata)
+  SELECT $1, x.n, x.i, x.p, x.cp, x.cv, x.md
+  FROM json_to_recordset($3::json) AS x(n text, i text, p text, cp json, cv json, md json)
+  ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
+    parent_id = EXCLUDED.parent_id, checkpoint = EXCLUDED.checkpoint,
+    channel_versions = EXCLUDED.channel_versions, metadata = EXCLUDED.metadata
+), w AS (
+  INSERT INTO moongraph_checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, writes)
+  SELECT $1, x.n, x.i, x.t, x.w FROM json_to_recordset($4::json) AS x(n text, i text, t text, w json)
+  ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id) DO UPDATE SET writes = EXCLUDED.writes
 )
-INSERT INTO moongraph_checkpoints
-  (thread_id, checkpoint_ns, checkpoint_id, parent_id, checkpoint, channel_versions, metadata)
-VALUES ($1, $2, $4, $5, $6::json, $7::json, $8::json)
-ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
-  parent_id = EXCLUDED.parent_id, checkpoint = EXCLUDED.checkpoint,
-  channel_versions = EXCLUDED.channel_versions, metadata = EXCLUDED.metadata]]
+SELECT 1]]
 
-function saver:put(cfg, checkpoint, metadata)
-  common.check_put(cfg, checkpoint)
-  local ok, err = ready(self)
-  if not ok then return nil, err end
+-- A list of rows keyed for dedup: a later row of the same key replaces the
+-- earlier one (one statement may not touch a row twice).
+local function rows_new() return { list = {}, at = {} } end
+local function rows_add(r, key, text)
+  local i = r.at[key]
+  if i then r.list[i] = text return end
+  i = #r.list + 1
+  r.list[i] = text
+  r.at[key] = i
+end
+local function rows_json(r) return "[" .. concat(r.list, ",") .. "]" end
+
+local function jstr(s) return json.encode(s) end
+
+-- Add checkpoint `cp` (parent cfg.checkpoint_id) to the batch; returns the
+-- value-cache entries to mark stored once the batch is in | nil, err.
+local function add_put(self, b, cfg, checkpoint, metadata)
   local ns = cfg.checkpoint_ns or ""
   local id = checkpoint.id
   local body = {}
@@ -233,8 +255,9 @@ function saver:put(cfg, checkpoint, metadata)
   end
   local values = checkpoint.values or {}
   local key = cache_key(cfg.thread_id, ns)
-  local known = cache_get(self, key) or {}
-  local now, versions, blobs = {}, {}, {}
+  local known = b.known[key] or cache_get(self, key) or {}
+  local now, versions = {}, {}
+  local nsj = jstr(ns)
   for channel, value in pairs(values) do
     if type(channel) ~= "string" then
       return nil, "checkpoint.values has a non-string key " .. tostring(channel)
@@ -251,30 +274,61 @@ function saver:put(cfg, checkpoint, metadata)
     -- flight (async durability keeps several) may yet fail, so it is sent
     -- again under the same version: the same row, the same content.
     if not k.stored then
-      blobs[#blobs + 1] = '{"c":' .. json.encode(channel) .. ',"v":' .. json.encode(k.version) ..
-        ',"b":' .. text .. "}"
+      rows_add(b.blobs, ns .. "\0" .. channel .. "\0" .. k.version,
+        '{"n":' .. nsj .. ',"c":' .. jstr(channel) .. ',"v":' .. jstr(k.version) .. ',"b":' .. text .. "}")
     end
   end
-  local bodyj, mdj, verj
+  local bodyj, mdj, err
   bodyj, err = json.encode(body, { name = "checkpoint" })
   if not bodyj then return nil, err end
   mdj, err = json.encode(metadata or {}, { name = "metadata" })
   if not mdj then return nil, err end
-  verj = next(versions) and json.encode(versions) or "{}"
-  cache_set(self, key, now)
-  ok, err = self.db:query(PUT_SQL, {
-    cfg.thread_id, ns, "[" .. concat(blobs, ",") .. "]", id, cfg.checkpoint_id,
-    bodyj, verj, mdj, n = 8,
-  })
-  if not ok then return nil, err end
-  for _, k in pairs(now) do k.stored = true end
-  return { thread_id = cfg.thread_id, checkpoint_ns = ns, checkpoint_id = id }
+  local verj = next(versions) and json.encode(versions) or "{}"
+  b.known[key] = now
+  rows_add(b.cps, ns .. "\0" .. id, '{"n":' .. nsj .. ',"i":' .. jstr(id) .. ',"p":' ..
+    (cfg.checkpoint_id and jstr(cfg.checkpoint_id) or "null") ..
+    ',"cp":' .. bodyj .. ',"cv":' .. verj .. ',"md":' .. mdj .. "}")
+  b.marks[#b.marks + 1] = now
+  return true
 end
 
-local WRITES_SQL = [[
-INSERT INTO moongraph_checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, writes)
-VALUES ($1, $2, $3, $4, $5::json)
-ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id) DO UPDATE SET writes = EXCLUDED.writes]]
+local function add_writes(b, cfg, task_id, writes)
+  local text, err = json.encode(writes, { name = "writes of task " .. task_id })
+  if not text then return nil, err end
+  local ns = cfg.checkpoint_ns or ""
+  rows_add(b.writes, ns .. "\0" .. cfg.checkpoint_id .. "\0" .. task_id,
+    '{"n":' .. jstr(ns) .. ',"i":' .. jstr(cfg.checkpoint_id) .. ',"t":' .. jstr(task_id) ..
+    ',"w":' .. text .. "}")
+  return true
+end
+
+local function new_batch()
+  return { blobs = rows_new(), cps = rows_new(), writes = rows_new(), known = {}, marks = {} }
+end
+
+local function send(self, thread_id, b)
+  for key, now in pairs(b.known) do cache_set(self, key, now) end
+  local ok, err = self.db:query(SAVE_SQL, {
+    thread_id, rows_json(b.blobs), rows_json(b.cps), rows_json(b.writes),
+  })
+  if not ok then return nil, err end
+  for _, now in ipairs(b.marks) do
+    for _, k in pairs(now) do k.stored = true end
+  end
+  return true
+end
+
+function saver:put(cfg, checkpoint, metadata)
+  common.check_put(cfg, checkpoint)
+  local ok, err = ready(self)
+  if not ok then return nil, err end
+  local b = new_batch()
+  ok, err = add_put(self, b, cfg, checkpoint, metadata)
+  if not ok then return nil, err end
+  ok, err = send(self, cfg.thread_id, b)
+  if not ok then return nil, err end
+  return { thread_id = cfg.thread_id, checkpoint_ns = cfg.checkpoint_ns or "", checkpoint_id = checkpoint.id }
+end
 
 function saver:put_writes(cfg, task_id, writes)
   common.check_put_writes(cfg, task_id)
@@ -283,14 +337,50 @@ function saver:put_writes(cfg, task_id, writes)
   end
   local ok, err = ready(self)
   if not ok then return nil, err end
-  local text
-  text, err = json.encode(writes, { name = "writes of task " .. task_id })
-  if not text then return nil, err end
-  ok, err = self.db:query(WRITES_SQL, {
-    cfg.thread_id, cfg.checkpoint_ns or "", cfg.checkpoint_id, task_id, text,
-  })
+  local b = new_batch()
+  ok, err = add_writes(b, cfg, task_id, writes)
   if not ok then return nil, err end
-  return true
+  return send(self, cfg.thread_id, b)
+end
+
+--[[ put_batch(list) -> true | nil, err
+list: { {op = "put", a = cfg, b = checkpoint, c = metadata} |
+        {op = "put_writes", a = cfg, b = task_id, c = writes}, ... }, all of
+one thread, in order: saved together in one statement, or none of them. ]]
+function saver:put_batch(list)
+  if type(list) ~= "table" then
+    error("bad argument #1 to 'put_batch': list of writes expected, got " .. type(list), 2)
+  end
+  local thread_id
+  for i, o in ipairs(list) do
+    if o.op == "put" then
+      common.check_put(o.a, o.b)
+    elseif o.op == "put_writes" then
+      common.check_put_writes(o.a, o.b)
+      if type(o.c) ~= "table" then
+        error("bad argument #1 to 'put_batch': write " .. i .. " has no list of {channel, value}", 2)
+      end
+    else
+      error("bad argument #1 to 'put_batch': write " .. i .. " has an unknown op '" .. tostring(o.op) .. "'", 2)
+    end
+    if thread_id == nil then thread_id = o.a.thread_id end
+    if o.a.thread_id ~= thread_id then
+      error("bad argument #1 to 'put_batch': all writes must be of one thread", 2)
+    end
+  end
+  if thread_id == nil then return true end
+  local ok, err = ready(self)
+  if not ok then return nil, err end
+  local b = new_batch()
+  for _, o in ipairs(list) do
+    if o.op == "put" then
+      ok, err = add_put(self, b, o.a, o.b, o.c)
+    else
+      ok, err = add_writes(b, o.a, o.b, o.c)
+    end
+    if not ok then return nil, err end
+  end
+  return send(self, thread_id, b)
 end
 
 ---------------------------------------------------------------- reading

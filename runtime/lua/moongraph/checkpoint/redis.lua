@@ -11,8 +11,8 @@ Keys of one thread share a hash tag, so they live together in a cluster:
   <prefix>:{<thread>}:<ns>:cp:<id>          hash: cp, md, parent (JSON, JSON, id)
   <prefix>:{<thread>}:<ns>:w:<id>           hash: task id -> JSON list of {channel, value}
 
-Thread ids and namespaces are percent-encoded in key names. Each put and
-put_writes is one MULTI/EXEC. With `ttl` (seconds) every key written expires
+Thread ids and namespaces are percent-encoded in key names. Each put,
+put_writes and put_batch is one MULTI/EXEC. With `ttl` (seconds) every key written expires
 that long after its last write: Redis then serves as a cache, not a store.
 Durability is Redis' own: run it with appendonly (and appendfsync always for
 no loss on a crash) when these checkpoints must survive a restart.
@@ -99,28 +99,69 @@ local function transact(self, cmds)
   return true
 end
 
-local function expire(self, cmds, key)
-  if self.ttl_ms then cmds[#cmds + 1] = { "PEXPIRE", key, self.ttl_ms } end
+-- The commands of a batch: each key's PEXPIRE and each namespace's SADD
+-- once, after the writes.
+local function batch_new()
+  return { cmds = {}, expire = {}, expire_list = {}, ns = {} }
 end
 
-function saver:put(cfg, checkpoint, metadata)
-  common.check_put(cfg, checkpoint)
+local function touch(self, b, key)
+  if self.ttl_ms and not b.expire[key] then
+    b.expire[key] = true
+    b.expire_list[#b.expire_list + 1] = key
+  end
+end
+
+local function add_ns(self, b, thread_id, ns)
+  local tkey = thread_key(self, thread_id) .. ":ns"
+  local k = tkey .. "\0" .. ns
+  if not b.ns[k] then
+    b.ns[k] = true
+    b.cmds[#b.cmds + 1] = { "SADD", tkey, ns }
+  end
+  touch(self, b, tkey)
+end
+
+local function add_put(self, b, cfg, checkpoint, metadata)
   local cp, md = common.encode_checkpoint(checkpoint, metadata)
   if not cp then return nil, md end   -- md is the error
   local ns = cfg.checkpoint_ns or ""
   local base = ns_key(self, cfg.thread_id, ns)
-  local tkey, ids, key = thread_key(self, cfg.thread_id) .. ":ns", base .. ":ids", base .. ":cp:" .. checkpoint.id
-  local cmds = {
-    { "HSET", key, "cp", cp, "md", md, "parent", cfg.checkpoint_id or "" },
-    { "ZADD", ids, 0, checkpoint.id },
-    { "SADD", tkey, ns },
-  }
-  expire(self, cmds, key)
-  expire(self, cmds, ids)
-  expire(self, cmds, tkey)
-  local ok, err = transact(self, cmds)
+  local ids, key = base .. ":ids", base .. ":cp:" .. checkpoint.id
+  local cmds = b.cmds
+  cmds[#cmds + 1] = { "HSET", key, "cp", cp, "md", md, "parent", cfg.checkpoint_id or "" }
+  cmds[#cmds + 1] = { "ZADD", ids, 0, checkpoint.id }
+  touch(self, b, key)
+  touch(self, b, ids)
+  add_ns(self, b, cfg.thread_id, ns)
+  return true
+end
+
+local function add_writes(self, b, cfg, task_id, writes)
+  local enc_writes, err = json.encode(writes, { name = "writes of task " .. task_id })
+  if not enc_writes then return nil, err end
+  local ns = cfg.checkpoint_ns or ""
+  local key = ns_key(self, cfg.thread_id, ns) .. ":w:" .. cfg.checkpoint_id
+  b.cmds[#b.cmds + 1] = { "HSET", key, task_id, enc_writes }
+  touch(self, b, key)
+  add_ns(self, b, cfg.thread_id, ns)
+  return true
+end
+
+local function send(self, b)
+  local cmds = b.cmds
+  for _, key in ipairs(b.expire_list) do cmds[#cmds + 1] = { "PEXPIRE", key, self.ttl_ms } end
+  return transact(self, cmds)
+end
+
+function saver:put(cfg, checkpoint, metadata)
+  common.check_put(cfg, checkpoint)
+  local b = batch_new()
+  local ok, err = add_put(self, b, cfg, checkpoint, metadata)
   if not ok then return nil, err end
-  return { thread_id = cfg.thread_id, checkpoint_ns = ns, checkpoint_id = checkpoint.id }
+  ok, err = send(self, b)
+  if not ok then return nil, err end
+  return { thread_id = cfg.thread_id, checkpoint_ns = cfg.checkpoint_ns or "", checkpoint_id = checkpoint.id }
 end
 
 function saver:put_writes(cfg, task_id, writes)
@@ -128,18 +169,37 @@ function saver:put_writes(cfg, task_id, writes)
   if type(writes) ~= "table" then
     error("bad argument #3 to 'put_writes': list of {channel, value} expected, got " .. type(writes), 2)
   end
-  local enc_writes, err = json.encode(writes, { name = "writes of task " .. task_id })
-  if not enc_writes then return nil, err end
-  local ns = cfg.checkpoint_ns or ""
-  local key = ns_key(self, cfg.thread_id, ns) .. ":w:" .. cfg.checkpoint_id
-  local tkey = thread_key(self, cfg.thread_id) .. ":ns"
-  local cmds = {
-    { "HSET", key, task_id, enc_writes },
-    { "SADD", tkey, ns },
-  }
-  expire(self, cmds, key)
-  expire(self, cmds, tkey)
-  return transact(self, cmds)
+  local b = batch_new()
+  local ok, err = add_writes(self, b, cfg, task_id, writes)
+  if not ok then return nil, err end
+  return send(self, b)
+end
+
+--[[ put_batch(list) -> true | nil, err: the writes of list ({op =, a =,
+b =, c =}, as the engine's writer makes them) in one MULTI/EXEC. ]]
+function saver:put_batch(list)
+  if type(list) ~= "table" then
+    error("bad argument #1 to 'put_batch': list of writes expected, got " .. type(list), 2)
+  end
+  local b = batch_new()
+  for i, o in ipairs(list) do
+    local ok, err
+    if o.op == "put" then
+      common.check_put(o.a, o.b)
+      ok, err = add_put(self, b, o.a, o.b, o.c)
+    elseif o.op == "put_writes" then
+      common.check_put_writes(o.a, o.b)
+      if type(o.c) ~= "table" then
+        error("bad argument #1 to 'put_batch': write " .. i .. " has no list of {channel, value}", 2)
+      end
+      ok, err = add_writes(self, b, o.a, o.b, o.c)
+    else
+      error("bad argument #1 to 'put_batch': write " .. i .. " has an unknown op '" .. tostring(o.op) .. "'", 2)
+    end
+    if not ok then return nil, err end
+  end
+  if not b.cmds[1] then return true end
+  return send(self, b)
 end
 
 local function pairs_of(flat)

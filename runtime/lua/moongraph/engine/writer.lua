@@ -4,7 +4,9 @@ its saver, by durability mode:
 
   sync   each write is awaited before the run goes on
   async  one writer task per run issues the writes in order while the run
-         goes on; the run waits for all of them at its end
+         goes on; the run waits for all of them at its end. A saver with
+         put_batch gets every write queued meanwhile in one call (one
+         transaction, one round trip)
   exit   the latest checkpoint of each namespace and its writes are kept in
          memory and saved when the run (or subgraph run) ends
 
@@ -16,12 +18,17 @@ are dropped.
   writer.put(run, op, cfg, a, b)     op "put" (checkpoint, metadata) or
                                      "put_writes" (task id, writes)
   writer.save_writes(run, task_id, writes)
+  (a saver's optional put_batch(list) takes a list of {op =, a =, b =, c =}
+  in order and saves them all or none: async and exit use it)
   writer.flush(run) -> true | nil, err     every write of run done
   writer.drain(w)                           (async) the queue issued and done
   writer.close(run)
 ]]
 
 local type, tostring, pcall, ipairs = type, tostring, pcall, ipairs
+
+-- the most writes one put_batch call carries
+local BATCH = 64
 
 local tasks = require "moongraph.tasks"
 
@@ -37,6 +44,40 @@ local function saver_call(w, op, a, b, c)
     w.err = "checkpointer " .. op .. " failed: " .. tostring(r1)
   elseif r1 == nil then
     w.err = "checkpointer " .. op .. " failed: " .. tostring(r2)
+  end
+end
+
+local function batch_call(w, list)
+  local ok, r1, r2 = pcall(w.saver.put_batch, w.saver, list)
+  if not ok then
+    w.err = "checkpointer put_batch failed: " .. tostring(r1)
+  elseif r1 == nil then
+    w.err = "checkpointer put_batch failed: " .. tostring(r2)
+  end
+end
+
+--[[ The async writer of a saver with put_batch: whatever the run queued
+while the previous batch was on its way goes in the next one, in order. ]]
+local function batch_loop(w)
+  local q = w.q
+  while true do
+    local job = q:get()
+    if job == nil then return end
+    local list, flushes = {}, nil
+    while job do
+      if job.flush then
+        flushes = flushes or {}
+        flushes[#flushes + 1] = job.flush
+      elseif not w.err then
+        list[#list + 1] = job
+      end
+      if #list >= BATCH or q:len() == 0 then break end
+      job = q:get()
+    end
+    if list[1] then batch_call(w, list) end
+    if flushes then
+      for i = 1, #flushes do flushes[i]:put(true) end
+    end
   end
 end
 
@@ -94,7 +135,7 @@ function _M.put(run, op, a, b, c)
       local n = w.saver.concurrent_writes
       w.limit = type(n) == "number" and n >= 1 and n or 1
       w.q = tasks.queue()
-      w.task = tasks.spawn(writer_loop, w)
+      w.task = tasks.spawn(type(w.saver.put_batch) == "function" and batch_loop or writer_loop, w)
     end
     -- the target: a checkpoint, or one task's writes for a checkpoint
     local key = op == "put" and b.id or (a.checkpoint_ns .. "\0" .. a.checkpoint_id .. "\0" .. b)
@@ -134,10 +175,19 @@ function _M.flush(run)
       ex.put = nil
       -- the parent is the last checkpoint actually saved in this namespace
       p[1] = _M.cfg(run, run.saved_id)
-      saver_call(w, "put", p[1], p[2], p[3])
-      for _, wr in ipairs(ex.writes) do
-        if w.err then break end
-        saver_call(w, "put_writes", wr[1], wr[2], wr[3])
+      if type(w.saver.put_batch) == "function" then
+        -- the checkpoint and its writes together
+        local list = { { op = "put", a = p[1], b = p[2], c = p[3] } }
+        for _, wr in ipairs(ex.writes) do
+          list[#list + 1] = { op = "put_writes", a = wr[1], b = wr[2], c = wr[3] }
+        end
+        batch_call(w, list)
+      else
+        saver_call(w, "put", p[1], p[2], p[3])
+        for _, wr in ipairs(ex.writes) do
+          if w.err then break end
+          saver_call(w, "put_writes", wr[1], wr[2], wr[3])
+        end
       end
       ex.writes = {}
     end
