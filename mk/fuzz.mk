@@ -23,3 +23,17 @@ fuzz-sse: build/fuzz/sse_fuzz
 	@mkdir -p build/fuzz/corpus-sse
 	build/fuzz/sse_fuzz -runs=$(FUZZ_RUNS) -dict=fuzz/sse.dict $(FUZZ_ARGS) \
 		-print_final_stats=1 build/fuzz/corpus-sse fuzz/corpus/sse
+
+# The C JSON encoder against the Lua one (fuzz/json_fuzz.c), from the
+# repository root so that the harness finds runtime/lua.
+build/fuzz/json_fuzz: fuzz/json_fuzz.c runtime/json.c runtime/mg.h
+	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang and libclang-rt-14-dev (apt-get install clang libclang-rt-14-dev)"; exit 1; }
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) fuzz/json_fuzz.c runtime/json.c -o $@ $(FUZZ_LIBS) -lm
+
+.PHONY: fuzz-json
+fuzz: fuzz-json
+
+fuzz-json: build/fuzz/json_fuzz
+	@mkdir -p build/fuzz/corpus-json
+	build/fuzz/json_fuzz -runs=$(FUZZ_RUNS) -max_len=512 -print_final_stats=1 build/fuzz/corpus-json fuzz/corpus/json

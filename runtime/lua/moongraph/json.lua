@@ -11,6 +11,11 @@ node cache uses that as its default key). Values that JSON cannot hold
 (functions, coroutines, userdata, NaN, tables mixing list and map keys,
 cycles) are refused with the path to the offending value.
 
+The encoder runs in C (moongraph.core.json, runtime/json.c) when the core
+module is there; it writes the same bytes, and hands every value it does
+not take (one that cannot be saved, or encode_output's) to the Lua encoder
+below, which writes it or names the path that failed.
+
 Strings are written byte for byte (a checkpoint gives back what it got);
 encode(v, {valid_utf8 = true}) writes invalid UTF-8 sequences as U+FFFD, for
 output that another program parses.
@@ -199,11 +204,12 @@ encode_value = function(v, buf, n, st)
   return n
 end
 
---[[ encode(value [, opts]) -> string | nil, err
-opts.indent = true writes two-space indented JSON; opts.name names the root
-in error messages (default "value"); opts.valid_utf8 = true replaces invalid
-UTF-8 in strings and keys with U+FFFD. ]]
-function _M.encode(v, opts)
+local ok_core, core = pcall(require, "moongraph.core")
+local c_encode = ok_core and type(core) == "table" and core.json and core.json.encode or nil
+
+--[[ lua_encode(value [, opts]): the encoder in Lua (the reference the C
+one is checked against); encode uses it for what C leaves. ]]
+function _M.lua_encode(v, opts)
   local buf = {}
   local st = { name = opts and opts.name or "value", indent = opts and opts.indent,
     valid_utf8 = opts and opts.valid_utf8, depth = 0, keys = {}, seen = {} }
@@ -348,6 +354,19 @@ decode_value = function(s, pos, depth)
   else
     return decode_number(s, pos)
   end
+end
+
+--[[ encode(value [, opts]) -> string | nil, err
+opts.indent = true writes two-space indented JSON; opts.name names the root
+in error messages (default "value"); opts.valid_utf8 = true replaces invalid
+UTF-8 in strings and keys with U+FFFD. ]]
+local lua_encode = _M.lua_encode
+function _M.encode(v, opts)
+  if c_encode and not (opts and opts.valid_utf8) then
+    local s = c_encode(v, null, array_mt, opts and opts.indent or false)
+    if s then return s end
+  end
+  return lua_encode(v, opts)
 end
 
 --[[ encode_output(value) -> string: JSON a person or another program reads

@@ -1,0 +1,153 @@
+/*
+** json_fuzz.c — libFuzzer harness for the C JSON encoder (runtime/json.c)
+** against the Lua encoder it replaces (runtime/lua/moongraph/json.lua).
+**
+** The input is a little program that builds one Lua value: each byte picks
+** what comes next (a string of the following bytes, an integer or a float
+** from the following 8 bytes, true/false, null, a list or an object of the
+** following values, an array-marked table, a hole, a key that cannot be
+** saved, a reference back to an enclosing table). The value is then
+** encoded both ways, compact and indented, and:
+**
+**   - when the Lua encoder writes it, C must write exactly the same bytes;
+**   - when the Lua encoder refuses it, C must refuse it too (return nil).
+**
+** Any difference aborts, which libFuzzer reports with the input. Run from
+** the repository root (the harness loads runtime/lua/moongraph/json.lua).
+*/
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <lauxlib.h>
+#include <lua.h>
+#include <lualib.h>
+
+int mg_open_json(lua_State *L);
+
+static lua_State *L;
+
+typedef struct {
+  const uint8_t *p;
+  size_t n, i;
+} rd_t;
+
+static int byte(rd_t *r) { return r->i < r->n ? r->p[r->i++] : -1; }
+
+static uint64_t u64(rd_t *r) {
+  uint64_t v = 0;
+  for (int k = 0; k < 8; k++) { int b = byte(r); v = (v << 8) | (uint64_t)(b < 0 ? 0 : b); }
+  return v;
+}
+
+/* Push one value built from the input; `depth` bounds nesting. */
+static void build(rd_t *r, int depth, int parent) {
+  int op = byte(r);
+  if (op < 0) { lua_pushinteger(L, 0); return; }
+  switch (op % 12) {
+    case 0: case 1: {                       /* string of the next n bytes */
+      int n = byte(r); if (n < 0) n = 0; n %= 24;
+      if ((size_t)n > r->n - r->i) n = (int)(r->n - r->i);
+      lua_pushlstring(L, (const char *)r->p + r->i, (size_t)n);
+      r->i += (size_t)n;
+      return;
+    }
+    case 2: lua_pushinteger(L, (lua_Integer)u64(r)); return;
+    case 3: { uint64_t v = u64(r); double d; memcpy(&d, &v, sizeof d); lua_pushnumber(L, d); return; }
+    case 4: lua_pushboolean(L, op & 16); return;
+    case 5: lua_getglobal(L, "NULL"); return;
+    case 6: lua_getglobal(L, "EMPTY_ARRAY"); lua_call(L, 0, 1); return;
+    case 7: case 8: {                        /* a list, possibly with a hole */
+      lua_newtable(L);
+      if (depth <= 0) return;
+      int t = lua_gettop(L), n = byte(r); if (n < 0) n = 0; n %= 6;
+      for (int i = 1; i <= n; i++) {
+        build(r, depth - 1, t);
+        if (op % 12 == 8 && i == 2 && (op & 32)) { lua_pop(L, 1); continue; }   /* hole */
+        lua_rawseti(L, t, i);
+      }
+      return;
+    }
+    case 9: case 10: {                       /* an object; sometimes a bad key */
+      lua_newtable(L);
+      if (depth <= 0) return;
+      int t = lua_gettop(L), n = byte(r); if (n < 0) n = 0; n %= 6;
+      for (int i = 0; i < n; i++) {
+        int kb = byte(r); if (kb < 0) kb = 0;
+        if (op % 12 == 10 && (kb & 64)) lua_pushnumber(L, 0.5 + kb);   /* a key JSON cannot have */
+        else if (kb & 128) lua_pushinteger(L, 1);                        /* mixes with string keys */
+        else { char k[3] = { (char)kb, (char)(kb * 7), 0 }; lua_pushlstring(L, k, (size_t)(kb % 3)); }
+        build(r, depth - 1, t);
+        lua_rawset(L, t);
+      }
+      return;
+    }
+    default:                                  /* the enclosing table: a cycle */
+      if (parent) lua_pushvalue(L, parent); else lua_pushliteral(L, "x");
+      return;
+  }
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+  (void)argc; (void)argv;
+  L = luaL_newstate();
+  luaL_openlibs(L);
+  if (luaL_dostring(L,
+        "package.path = 'runtime/lua/?.lua;' .. package.path\n"
+        "package.preload['cjson'] = function() error('no cjson in the harness') end\n") != LUA_OK)
+    abort();
+  /* package.loaded["moongraph.core"] = { json = <the C module> } */
+  mg_open_json(L);
+  lua_newtable(L);
+  lua_insert(L, -2);
+  lua_setfield(L, -2, "json");                 /* core = { json = module } */
+  lua_getglobal(L, "package");
+  lua_getfield(L, -1, "loaded");
+  lua_pushvalue(L, -3);
+  lua_setfield(L, -2, "moongraph.core");
+  lua_pop(L, 3);
+  if (luaL_dostring(L,
+        "local json = require 'moongraph.json'\n"
+        "NULL = json.null\n"
+        "EMPTY_ARRAY = function() return json.array() end\n"
+        "ARRAY_MT = getmetatable(json.array())\n"
+        "C_ENCODE = require('moongraph.core').json.encode\n"
+        "LUA_ENCODE = json.lua_encode\n") != LUA_OK) {
+    fprintf(stderr, "%s\n", lua_tostring(L, -1));
+    abort();
+  }
+  return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  rd_t r = { data, size, 0 };
+  int top = lua_gettop(L);
+  build(&r, 5, 0);
+  int v = lua_gettop(L);
+  for (int indent = 0; indent <= 1; indent++) {
+    lua_getglobal(L, "LUA_ENCODE");
+    lua_pushvalue(L, v);
+    lua_createtable(L, 0, 1);
+    lua_pushboolean(L, indent);
+    lua_setfield(L, -2, "indent");
+    if (lua_pcall(L, 2, 1, 0) != LUA_OK) abort();
+    lua_getglobal(L, "C_ENCODE");
+    lua_pushvalue(L, v);
+    lua_getglobal(L, "NULL");
+    lua_getglobal(L, "ARRAY_MT");
+    lua_pushboolean(L, indent);
+    lua_call(L, 4, 1);
+    size_t ln, cn;
+    const char *ls = lua_tolstring(L, -2, &ln), *cs = lua_tolstring(L, -1, &cn);
+    if (ls == NULL && cs != NULL) { fprintf(stderr, "C wrote what Lua refuses: %s\n", cs); abort(); }
+    if (ls != NULL && (cs == NULL || ln != cn || memcmp(ls, cs, ln) != 0)) {
+      fprintf(stderr, "differ:\n Lua %.*s\n C   %s\n", (int)ln, ls, cs ? cs : "(nil)");
+      abort();
+    }
+    lua_pop(L, 2);
+  }
+  lua_settop(L, top);
+  lua_gc(L, LUA_GCSTEP, 0);
+  return 0;
+}

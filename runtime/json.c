@@ -1,0 +1,270 @@
+/*
+** json.c — core.json.encode: the checkpoint JSON encoder of moongraph.json,
+** in C.
+**
+** It writes exactly the bytes the Lua encoder (moongraph.json) writes, for
+** every value it accepts: integers as %lld, floats as the shortest of %.14g
+** and %.17g that reads back equal (".0" added when neither has a point or an
+** exponent), strings byte for byte with '"', '\\' and control characters
+** (0x00-0x1f, 0x7f) escaped, object keys sorted bytewise, empty tables as
+** {} or [] (the array marker), null for the null sentinel, and with
+** `indent` two-space indentation. Anything else — a table that contains
+** itself, mixes list and string keys or has holes, a key that is neither a
+** string nor a list index, NaN or an infinity, a function, userdata other
+** than the null sentinel, a table with a metatable other than the array
+** marker (it could change pairs or #), nesting deeper than MAX_DEPTH —
+** makes it return nil, and moongraph.json then encodes the value in Lua,
+** which either writes it or names the offending path in its error.
+**
+** The output is built in a buffer owned by one call and freed before it
+** returns; nothing is kept between calls.
+*/
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mg.h"
+
+#define MAX_DEPTH 200
+
+typedef struct {
+  char *p;
+  size_t len, cap;
+  int failed;            /* out of memory */
+} buf_t;
+
+typedef struct {
+  lua_State *L;
+  buf_t b;
+  int null_idx, array_idx;   /* stack slots of the null sentinel and the array metatable */
+  int indent;
+  int depth;
+  const void *path[MAX_DEPTH + 1];   /* tables being encoded: a cycle check */
+} enc_t;
+
+typedef struct {
+  const char *s;
+  size_t len;
+} key_t_;
+
+static int reserve(buf_t *b, size_t more) {
+  if (b->failed) return -1;
+  if (b->len + more <= b->cap) return 0;
+  size_t cap = b->cap ? b->cap : 256;
+  while (cap < b->len + more) cap *= 2;
+  char *p = realloc(b->p, cap);
+  if (!p) { b->failed = 1; return -1; }
+  b->p = p;
+  b->cap = cap;
+  return 0;
+}
+
+static void put(buf_t *b, const char *s, size_t n) {
+  if (reserve(b, n) < 0) return;
+  memcpy(b->p + b->len, s, n);
+  b->len += n;
+}
+
+static void putc_(buf_t *b, char c) {
+  if (reserve(b, 1) < 0) return;
+  b->p[b->len++] = c;
+}
+
+static void pad(buf_t *b, int levels) {
+  putc_(b, '\n');
+  for (int i = 0; i < levels; i++) put(b, "  ", 2);
+}
+
+static void put_string(buf_t *b, const char *s, size_t n) {
+  static const char hex[] = "0123456789abcdef";
+  if (reserve(b, n + 2) < 0) return;
+  putc_(b, '"');
+  size_t run = 0;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c >= 0x20 && c != '"' && c != '\\' && c != 0x7f) continue;
+    put(b, s + run, i - run);
+    run = i + 1;
+    switch (c) {
+      case '"': put(b, "\\\"", 2); break;
+      case '\\': put(b, "\\\\", 2); break;
+      case '\b': put(b, "\\b", 2); break;
+      case '\f': put(b, "\\f", 2); break;
+      case '\n': put(b, "\\n", 2); break;
+      case '\r': put(b, "\\r", 2); break;
+      case '\t': put(b, "\\t", 2); break;
+      default: {
+        char u[6] = { '\\', 'u', '0', '0', hex[c >> 4], hex[c & 15] };
+        put(b, u, 6);
+      }
+    }
+  }
+  put(b, s + run, n - run);
+  putc_(b, '"');
+}
+
+/* The Lua encoder: %.14g, or %.17g when that does not read back equal;
+** ".0" when the text has no '.', 'e', 'E' or 'n'. */
+static int put_float(buf_t *b, double v) {
+  if (isnan(v) || isinf(v)) return -1;
+  char s[40];
+  snprintf(s, sizeof s, "%.14g", v);
+  if (strtod(s, NULL) != v) snprintf(s, sizeof s, "%.17g", v);
+  put(b, s, strlen(s));
+  if (!strpbrk(s, ".eEn")) put(b, ".0", 2);
+  return 0;
+}
+
+static int key_cmp(const void *a, const void *b) {
+  const key_t_ *x = a, *y = b;
+  size_t n = x->len < y->len ? x->len : y->len;
+  int c = memcmp(x->s, y->s, n);
+  if (c) return c;
+  return (x->len > y->len) - (x->len < y->len);
+}
+
+static int encode_value(enc_t *e, int idx);
+
+/* The table at idx (absolute). 0, or -1 to hand the value to Lua. */
+static int encode_table(enc_t *e, int idx) {
+  lua_State *L = e->L;
+  const void *me = lua_topointer(L, idx);
+  for (int i = 0; i < e->depth; i++)
+    if (e->path[i] == me) return -1;
+  if (e->depth >= MAX_DEPTH || !lua_checkstack(L, 8)) return -1;
+  int is_array_mt = 0;
+  if (lua_getmetatable(L, idx)) {
+    is_array_mt = lua_rawequal(L, -1, e->array_idx);
+    lua_pop(L, 1);
+    if (!is_array_mt) return -1;
+  }
+  lua_Integer len = (lua_Integer)lua_rawlen(L, idx);
+  size_t count = 0, nkeys = 0, cap = 0;
+  key_t_ *keys = NULL;
+  int rc = 0;
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    count++;
+    int kt = lua_type(L, -2);
+    if (kt == LUA_TSTRING) {
+      if (nkeys == cap) {
+        size_t ncap = cap ? cap * 2 : 16;
+        key_t_ *k = realloc(keys, ncap * sizeof *k);
+        if (!k) { rc = -1; lua_pop(L, 2); break; }
+        keys = k;
+        cap = ncap;
+      }
+      /* the key stays anchored by the table while it is not modified */
+      keys[nkeys].s = lua_tolstring(L, -2, &keys[nkeys].len);
+      nkeys++;
+    } else if (!(kt == LUA_TNUMBER && lua_isinteger(L, -2) && lua_tointeger(L, -2) >= 1 &&
+                 lua_tointeger(L, -2) <= len)) {
+      rc = -1;
+      lua_pop(L, 2);
+      break;
+    }
+    lua_pop(L, 1);
+  }
+  if (rc == 0 && nkeys && nkeys != count) rc = -1;        /* list items and string keys */
+  if (rc == 0 && !nkeys && count && (lua_Integer)count != len) rc = -1;   /* holes */
+  if (rc < 0) { free(keys); return -1; }
+  e->path[e->depth++] = me;
+  int depth = e->depth;
+  buf_t *b = &e->b;
+  if (nkeys) {
+    if (nkeys > 1) qsort(keys, nkeys, sizeof *keys, key_cmp);
+    putc_(b, '{');
+    for (size_t i = 0; i < nkeys && rc == 0; i++) {
+      if (i) putc_(b, ',');
+      if (e->indent) pad(b, depth);
+      put_string(b, keys[i].s, keys[i].len);
+      if (e->indent) put(b, ": ", 2); else putc_(b, ':');
+      lua_pushlstring(L, keys[i].s, keys[i].len);
+      lua_rawget(L, idx);
+      rc = encode_value(e, lua_gettop(L));
+      lua_pop(L, 1);
+    }
+    if (e->indent && rc == 0) pad(b, depth - 1);
+    putc_(b, '}');
+  } else if (count == 0) {
+    put(b, is_array_mt ? "[]" : "{}", 2);
+  } else {
+    putc_(b, '[');
+    for (lua_Integer i = 1; i <= len && rc == 0; i++) {
+      if (i > 1) putc_(b, ',');
+      if (e->indent) pad(b, depth);
+      lua_rawgeti(L, idx, i);
+      rc = encode_value(e, lua_gettop(L));
+      lua_pop(L, 1);
+    }
+    if (e->indent && rc == 0) pad(b, depth - 1);
+    putc_(b, ']');
+  }
+  free(keys);
+  e->depth--;
+  return rc;
+}
+
+static int encode_value(enc_t *e, int idx) {
+  lua_State *L = e->L;
+  buf_t *b = &e->b;
+  switch (lua_type(L, idx)) {
+    case LUA_TSTRING: {
+      size_t n;
+      const char *s = lua_tolstring(L, idx, &n);
+      put_string(b, s, n);
+      return 0;
+    }
+    case LUA_TNUMBER:
+      if (lua_isinteger(L, idx)) {
+        char s[32];
+        int n = snprintf(s, sizeof s, LUA_INTEGER_FMT, (LUAI_UACINT)lua_tointeger(L, idx));
+        put(b, s, (size_t)n);
+        return 0;
+      }
+      return put_float(b, (double)lua_tonumber(L, idx));
+    case LUA_TBOOLEAN:
+      if (lua_toboolean(L, idx)) put(b, "true", 4); else put(b, "false", 5);
+      return 0;
+    case LUA_TTABLE:
+      if (lua_rawequal(L, idx, e->null_idx)) { put(b, "null", 4); return 0; }
+      return encode_table(e, idx);
+    default:
+      if (lua_rawequal(L, idx, e->null_idx)) { put(b, "null", 4); return 0; }
+      return -1;
+  }
+}
+
+/* encode(value, null, array_mt [, indent]) -> string | nil
+** null: the sentinel written as null; array_mt: the metatable of tables
+** written as [] when empty. nil: hand the value to the Lua encoder. */
+static int l_encode(lua_State *L) {
+  luaL_checkany(L, 1);
+  luaL_checkany(L, 2);
+  luaL_checktype(L, 3, LUA_TTABLE);
+  enc_t *e = malloc(sizeof *e);
+  if (!e) return luaL_error(L, "out of memory");
+  memset(e, 0, sizeof *e);
+  e->L = L;
+  e->null_idx = 2;
+  e->array_idx = 3;
+  e->indent = lua_toboolean(L, 4);
+  lua_settop(L, 4);
+  int rc = encode_value(e, 1);
+  if (rc == 0 && !e->b.failed) lua_pushlstring(L, e->b.p ? e->b.p : "", e->b.len);
+  else lua_pushnil(L);
+  free(e->b.p);
+  free(e);
+  return 1;
+}
+
+static const luaL_Reg json_fns[] = {
+  {"encode", l_encode},
+  {NULL, NULL},
+};
+
+int mg_open_json(lua_State *L) {
+  luaL_newlib(L, json_fns);
+  return 1;
+}

@@ -1,0 +1,140 @@
+-- moongraph.json: the C encoder (runtime/json.c) against the Lua encoder,
+-- byte for byte.
+local json = require "moongraph.json"
+local core = require "moongraph.core"
+
+local c_encode = core.json and core.json.encode
+
+-- A random value: tables nested up to `depth`, strings of any bytes
+-- (control characters, quotes, invalid UTF-8, NUL), integers and floats at
+-- their edges, booleans, null, empty arrays and objects.
+local FLOATS = { 0.0, -0.0, 0.1, 1 / 3, 2.0, 1e15, 1e16, 1e300, -1e-300, 5e-324, 2 ^ 53, 2 ^ 53 + 2,
+  2 ^ 63, 123456789.125, 0.1 + 0.2, 1e-7, 100.0, -2.5, 9007199254740993.0, 1.7976931348623157e308 }
+local INTS = { 0, 1, -1, 42, math.maxinteger, math.mininteger, 2 ^ 53 // 1, -(2 ^ 31) // 1, 1000000 }
+
+local function rand_string(rng)
+  local n = rng(0, 12)
+  local b = {}
+  for i = 1, n do
+    local kind = rng(1, 6)
+    if kind == 1 then b[i] = string.char(rng(0, 31))
+    elseif kind == 2 then b[i] = ({ '"', "\\", "\127", "/", "\0" })[rng(1, 5)]
+    elseif kind == 3 then b[i] = string.char(rng(128, 255))          -- often invalid UTF-8
+    elseif kind == 4 then b[i] = ({ "é", "한", "\u{1F600}", "\u{FFFD}" })[rng(1, 4)]
+    else b[i] = string.char(rng(32, 126)) end
+  end
+  return table.concat(b)
+end
+
+local function rand_value(rng, depth)
+  local kind = rng(1, depth > 0 and 10 or 7)
+  if kind == 1 then return rand_string(rng)
+  elseif kind == 2 then return INTS[rng(1, #INTS)] + rng(-2, 2) * (rng(0, 1))
+  elseif kind == 3 then
+    if rng(0, 1) == 0 then return FLOATS[rng(1, #FLOATS)] end
+    return (rng(-1000000, 1000000) / rng(1, 1000)) + 0.0
+  elseif kind == 4 then return rng(0, 1) == 1
+  elseif kind == 5 then return json.null
+  elseif kind == 6 then return rng(0, 1) == 0 and json.array() or {}
+  elseif kind == 7 then return "" .. rng(0, 99)
+  elseif kind == 8 or kind == 9 then
+    local t = {}
+    for _ = 1, rng(1, 6) do t[rand_string(rng)] = rand_value(rng, depth - 1) end
+    return t
+  else
+    local t = rng(0, 1) == 0 and json.array() or {}
+    for i = 1, rng(1, 6) do t[i] = rand_value(rng, depth - 1) end
+    return t
+  end
+end
+
+local function hex(s)
+  return (s:gsub("[^%w%p ]", function(c) return string.format("\\x%02x", c:byte()) end))
+end
+
+describe("moongraph.json encoder in C", function()
+  it("is built into moongraph.core, and used by json.encode", function()
+    assert.is_function(c_encode)
+    local t = { a = 1 }
+    assert.equal('{"a":1}', c_encode(t, json.null, getmetatable(json.array())))
+  end)
+
+  it("writes the Lua encoder's bytes for 5,000 random values, compact and indented", function()
+    local seed = 20240615
+    local rng = function(a, b)
+      seed = (seed * 1103515245 + 12345) % 2147483648
+      return a + seed % (b - a + 1)
+    end
+    for i = 1, 5000 do
+      local v = rand_value(rng, 4)
+      for _, opts in ipairs { {}, { indent = true } } do
+        local want, werr = json.lua_encode(v, opts)
+        local got, gerr = json.encode(v, opts)
+        assert(want, "value " .. i .. ": the Lua encoder refused it: " .. tostring(werr))
+        if got ~= want then
+          error(("value %d%s:\n C   %s\n Lua %s"):format(i, opts.indent and " (indented)" or "", hex(got or tostring(gerr)), hex(want)))
+        end
+        -- and C itself took it (no silent fall-back to Lua)
+        assert.equal(want, c_encode(v, json.null, getmetatable(json.array()), opts.indent or false))
+      end
+    end
+  end)
+
+  it("keeps integers and floats apart and floats exact", function()
+    for _, v in ipairs { 2, 2.0, -0.0, 0.1, 1 / 3, 1e300, 5e-324, math.mininteger, math.maxinteger, 2 ^ 63 } do
+      local s = json.encode(v)
+      assert.equal(json.lua_encode(v), s)
+      local back = json.decode(s)
+      assert.equal(math.type(v), math.type(back))
+      assert.equal(v, back)
+    end
+    assert.equal("2", json.encode(2))
+    assert.equal("2.0", json.encode(2.0))
+  end)
+
+  it("sorts keys bytewise, NUL and bytes over 0x7f included", function()
+    local t = { ["b"] = 1, ["a\0b"] = 2, ["a"] = 3, ["\xff"] = 4, ["A"] = 5, ["a\0"] = 6 }
+    assert.equal(json.lua_encode(t), json.encode(t))
+    assert.equal('{"A":5,"a":3,"a\\u0000":6,"a\\u0000b":2,"b":1,"\xff":4}', json.encode(t))
+  end)
+
+  it("writes strings byte for byte: invalid UTF-8 kept, control characters escaped", function()
+    local s = "\xc3\x28 \x00 \x1f \x7f \" \\ / \b\f\n\r\t é"
+    assert.equal(json.lua_encode(s), json.encode(s))
+    assert.equal('"\xc3\x28 \\u0000 \\u001f \\u007f \\" \\\\ / \\b\\f\\n\\r\\t é"', json.encode(s))
+    assert.equal(s, json.decode(json.encode(s)))
+  end)
+
+  it("leaves what it cannot save to the Lua encoder, whose error names the path", function()
+    local arr = getmetatable(json.array())
+    local cyc = {}
+    cyc.me = cyc
+    local cases = {
+      { { a = { 1, nil, 3 } }, "value.a is a list with holes" },
+      { { a = { 1, x = 2 } }, "value.a mixes list items and string keys" },
+      { { f = print }, "value.f is a function, which cannot be saved" },
+      { { n = 0 / 0 }, "value.n is " .. tostring(0 / 0) .. ", which JSON cannot hold" },
+      { { [1.5] = true }, "value has a key of type number (1.5); only string keys or a list 1..n can be saved" },
+      { cyc, "value.me is a table that contains itself" },
+    }
+    for _, c in ipairs(cases) do
+      assert.is_nil(c_encode(c[1], json.null, arr))
+      local s, err = json.encode(c[1])
+      assert.is_nil(s)
+      assert.equal(c[2], err)
+    end
+  end)
+
+  it("hands a table with a metatable of its own to Lua, which encodes it the same way", function()
+    local t = setmetatable({ x = 1 }, { __index = function() return 0 end })
+    assert.is_nil(c_encode(t, json.null, getmetatable(json.array())))
+    assert.equal('{"x":1}', json.encode(t))
+  end)
+
+  it("writes very deep nesting through the Lua encoder, unchanged", function()
+    local v = "leaf"
+    for _ = 1, 300 do v = { v } end
+    local s = assert(json.encode(v))
+    assert.equal(json.lua_encode(v), s)
+  end)
+end)
