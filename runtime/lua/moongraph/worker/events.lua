@@ -152,16 +152,20 @@ function Emitter:run()
         if not it[3] then it[3] = self:next_id() end
         cmds[#cmds + 1] = { "XADD", self.key, "MAXLEN", "~", self.maxlen, it[3], "type", it[1], "data", it[2] }
       end
-      cmds[#cmds + 1] = { "EXPIRE", self.key, self.running_ttl }
+      -- the stream's expiry is set with the first batch (and again after
+      -- a failed one); finish sets the final one
+      local expiring = not self.expiry_set
+      if expiring then cmds[#cmds + 1] = { "EXPIRE", self.key, self.running_ttl } end
       local res, err = self.redis:pipeline(cmds)
       if not res then failed("XADD", err) goto continue end
-      for i = 1, #res - 1 do
+      for i = 1, #res - (expiring and 1 or 0) do
         local r = res[i]
         if type(r) == "table" and r[1] == false and not already_there(r[2]) then
           failed("XADD", r[2])
           goto continue
         end
       end
+      if expiring then self.expiry_set = true end
       for i = self.head, last do items[i] = nil end
       if self.metrics then self.metrics:inc("events_written", last - self.head + 1) end
       self.head = last + 1
