@@ -114,11 +114,53 @@ describe("postgres checkpoint saver", function()
         assert.equal(#postgres.migrations, db:query("SELECT count(*) AS c FROM moongraph_migrations")[1].c)
         local t = db:query([[SELECT count(*) AS c FROM information_schema.tables
           WHERE table_name LIKE 'moongraph_%']])[1].c
-        assert.equal(4, t)
+        assert.equal(5, t)   -- migrations, checkpoints, blobs, writes, heads
         -- and the schema works
         local s = postgres.new(db)
         assert(s:put({ thread_id = "t" }, { v = 1, id = "0001", step = 0, values = { a = 1 }, next = {} }, {}))
         assert.equal(1, s:get({ thread_id = "t" }).checkpoint.values.a)
+      end)
+    end)
+  end)
+
+  describe("a database written by the saver before optimistic concurrency", function()
+    it("is migrated: its threads read back, go on, and a stale write to them is refused", function()
+      local url = fresh_db()
+      mg.run(function()
+        local db = assert(pg.connect(url))
+        -- schema version 2 and rows as that version of the saver wrote them
+        assert.equal(2, postgres.migrate(db, { postgres.migrations[1], postgres.migrations[2] }))
+        assert(db:exec([=[
+          INSERT INTO moongraph_checkpoint_blobs VALUES
+            ('old', '', 'n', '0000000000000001', '1'),
+            ('old', '', 'n', '0000000000000002', '2'),
+            ('old', '', 'msg', '0000000000000001', '"안녕"');
+          INSERT INTO moongraph_checkpoints
+            (thread_id, checkpoint_ns, checkpoint_id, parent_id, checkpoint, channel_versions, metadata) VALUES
+            ('old', '', '0000000000000001', NULL,
+             '{"id":"0000000000000001","next":[{"node":"b"}],"step":0,"ts":"2025-01-01T00:00:00Z","v":1}',
+             '{"msg":"0000000000000001","n":"0000000000000001"}', '{"source":"input","step":0}'),
+            ('old', '', '0000000000000002', '0000000000000001',
+             '{"id":"0000000000000002","next":[],"step":1,"ts":"2025-01-01T00:00:01Z","v":1}',
+             '{"msg":"0000000000000001","n":"0000000000000002"}', '{"source":"loop","step":1}');
+          INSERT INTO moongraph_checkpoint_writes VALUES
+            ('old', '', '0000000000000001', '1:b', '[["n",2]]');
+        ]=]))
+        local s = postgres.new(db)
+        local tup = assert(s:get { thread_id = "old" })
+        assert.equal("0000000000000002", tup.checkpoint.id)
+        assert.same({ n = 2, msg = "안녕" }, tup.checkpoint.values)
+        assert.equal(#postgres.migrations, db:query("SELECT max(version) AS v FROM moongraph_migrations")[1].v)
+        local first = assert(s:get { thread_id = "old", checkpoint_id = "0000000000000001" })
+        assert.same({ { "1:b", "n", 2 } }, first.pending_writes)
+        -- a write that extends its latest checkpoint goes on; one that extends the older is refused
+        local r, err = s:put({ thread_id = "old", checkpoint_id = "0000000000000001" },
+          { v = 1, id = "0000000000000003", step = 1, values = { n = 5 }, next = {} }, {})
+        assert.is_nil(r)
+        assert.matches("^checkpoint conflict: thread 'old' is at checkpoint 0000000000000002", err)
+        assert(s:put({ thread_id = "old", checkpoint_id = "0000000000000002" },
+          { v = 1, id = "0000000000000003", step = 2, values = { n = 3, msg = "안녕" }, next = {} }, {}))
+        assert.same({ n = 3, msg = "안녕" }, s:get({ thread_id = "old" }).checkpoint.values)
       end)
     end)
   end)

@@ -116,6 +116,104 @@ return function(name, make, env)
       end)
     end)
 
+    it("refuses a put that extends a checkpoint which is no longer the latest, saving nothing", function()
+      with_saver(function(s)
+        local c1 = assert(s:put({ thread_id = "t" }, cp("0001", { n = 1 }), {}))
+        assert(s:put(c1, cp("0002", { n = 2 }, 1), {}))
+        local r, err = s:put(c1, cp("0003", { n = 3 }, 1), {})
+        assert.is_nil(r)
+        assert.equal("checkpoint conflict: thread 't' is at checkpoint 0002, not 0001: another run wrote to it meanwhile", err)
+        assert.equal("0002", s:get({ thread_id = "t" }).checkpoint.id)
+        assert.is_nil(s:get { thread_id = "t", checkpoint_id = "0003" })
+      end)
+    end)
+
+    it("refuses a first checkpoint for a thread that already has one", function()
+      with_saver(function(s)
+        assert(s:put({ thread_id = "t", checkpoint_ns = "sub" }, cp("0001"), {}))
+        local r, err = s:put({ thread_id = "t", checkpoint_ns = "sub" }, cp("0002"), {})
+        assert.is_nil(r)
+        assert.equal("checkpoint conflict: thread 't' (namespace 'sub') is at checkpoint 0001, " ..
+          "not (none: a new thread): another run wrote to it meanwhile", err)
+        -- another namespace of the thread is its own
+        assert(s:put({ thread_id = "t" }, cp("0003"), {}))
+      end)
+    end)
+
+    it("takes a put again (a retry) and a fork that names the latest checkpoint it saw", function()
+      with_saver(function(s)
+        local c1 = assert(s:put({ thread_id = "t" }, cp("0001", { n = 1 }), {}))
+        local c2 = assert(s:put(c1, cp("0002", { n = 2 }, 1), {}))
+        assert(s:put(c1, cp("0002", { n = 2 }, 1), {}))              -- the same put again
+        local fork = { thread_id = "t", checkpoint_ns = "", checkpoint_id = "0001", head_id = "0002" }
+        assert(s:put(fork, cp("0003", { n = 10 }, 1), {}))
+        local tup = s:get { thread_id = "t" }
+        assert.equal("0003", tup.checkpoint.id)
+        assert.equal("0001", tup.parent_config.checkpoint_id)
+        -- a fork made from a stale view is refused like any other write
+        local r, err = s:put(fork, cp("0004", { n = 11 }, 1), {})
+        assert.is_nil(r)
+        assert.matches("^checkpoint conflict: thread 't' is at checkpoint 0003, not 0002", err)
+        assert(c2)
+      end)
+    end)
+
+    it("put_batch saves checkpoints and writes in order, and refuses a stale batch whole", function()
+      with_saver(function(s)
+        if not s.put_batch then return end
+        local c1 = assert(s:put({ thread_id = "t" }, cp("0001", { n = 1 }), {}))
+        assert(s:put_batch {
+          { op = "put_writes", a = c1, b = "1:a", c = { { "n", 2 } } },
+          { op = "put", a = c1, b = cp("0002", { n = 2 }, 1), c = { step = 1 } },
+          { op = "put_writes", a = { thread_id = "t", checkpoint_ns = "", checkpoint_id = "0002" },
+            b = "2:a", c = { { "n", 3 } } },
+          { op = "put", a = { thread_id = "t", checkpoint_ns = "", checkpoint_id = "0002" },
+            b = cp("0003", { n = 3 }, 2), c = { step = 2 } },
+        })
+        local tup = s:get { thread_id = "t" }
+        assert.equal("0003", tup.checkpoint.id)
+        assert.same({ n = 3 }, tup.checkpoint.values)
+        assert.same({ { "1:a", "n", 2 } }, s:get({ thread_id = "t", checkpoint_id = "0001" }).pending_writes)
+        local r, err = s:put_batch {
+          { op = "put", a = c1, b = cp("0004", { n = 4 }, 1), c = {} },
+          { op = "put_writes", a = { thread_id = "t", checkpoint_ns = "", checkpoint_id = "0004" },
+            b = "4:a", c = { { "n", 5 } } },
+        }
+        assert.is_nil(r)
+        assert.matches("^checkpoint conflict: thread 't' is at checkpoint 0003, not 0001", err)
+        assert.equal("0003", s:get({ thread_id = "t" }).checkpoint.id)
+        assert.is_nil(s:get { thread_id = "t", checkpoint_id = "0004" })
+      end)
+    end)
+
+    it("two runs of one thread at once: one finishes, the other fails with a conflict", function()
+      mg.run(function()
+        local s = make()
+        local g = mg.graph { n = mg.reducers.add }
+        g:add_node("a", function() mg.sleep(0.01) return { n = 1 } end)
+        g:add_node("b", function() mg.sleep(0.01) return { n = 1 } end)
+        g:add_edge(mg.START, "a")
+        g:add_edge("a", "b")
+        local app = g:compile { checkpointer = s }
+        assert(app:invoke({ n = 0 }, { thread_id = "both", durability = "sync" }))
+        local results = mg.gather {
+          function() return { app:invoke({ n = 100 }, { thread_id = "both", durability = "sync" }) } end,
+          function() return { app:invoke({ n = 1000 }, { thread_id = "both", durability = "sync" }) } end,
+        }
+        local ok, failed = 0, nil
+        for _, r in ipairs(results) do
+          assert(r.ok, tostring(r.err))
+          if r.value[1] then ok = ok + 1 else failed = r.value[2] end
+        end
+        assert.equal(1, ok)
+        assert.matches("checkpoint conflict: thread 'both'", failed)
+        -- the thread ends with the run that finished (which may have
+        -- started from the other one's input checkpoint)
+        local n = app:get_state({ thread_id = "both" }).values.n
+        assert(n == 104 or n == 1004 or n == 1104, "state after the two runs: " .. tostring(n))
+      end)
+    end)
+
     it("raises on misuse", function()
       with_saver(function(s)
         assert.has_error(function() s:put({}, cp("1"), {}) end,

@@ -53,6 +53,8 @@ function _M.new(l1, durable, opts)
   if type(retry_after) ~= "number" or retry_after < 0 then
     error("bad argument #3 to 'cached': retry_after must be a non-negative number of seconds", 2)
   end
+  -- Postgres decides conflicts; Redis copies what it took
+  l1.cache_only = true
   return setmetatable({ l1 = l1, durable = durable, retry_after = retry_after,
     concurrent_writes = durable.concurrent_writes }, mt)
 end

@@ -76,6 +76,32 @@ function _M.encode_checkpoint(checkpoint, metadata, indent)
   return cp, md
 end
 
+--[[ Optimistic concurrency. A put names the checkpoint it extends
+(cfg.checkpoint_id; nil: the namespace has none yet). The namespace's
+latest checkpoint must be that one — or cfg.head_id when given (a fork from
+an older checkpoint names the latest it saw), or the checkpoint being put
+(a retried put) — else the put fails with conflict_error(...) and nothing
+of it is saved. ]]
+_M.CONFLICT = "checkpoint conflict"
+
+-- expected(cfg) -> the id the namespace's latest checkpoint must have
+-- (false: none)
+function _M.expected(cfg)
+  local e = cfg.head_id
+  if e == nil then e = cfg.checkpoint_id end
+  return e or false
+end
+
+function _M.conflict_error(thread_id, ns, expected, latest)
+  return string.format("%s: thread '%s'%s is at checkpoint %s, not %s: another run wrote to it meanwhile",
+    _M.CONFLICT, thread_id, ns ~= "" and (" (namespace '" .. ns .. "')") or "",
+    latest and tostring(latest) or "(none)", expected and tostring(expected) or "(none: a new thread)")
+end
+
+function _M.is_conflict(err)
+  return type(err) == "string" and string.find(err, _M.CONFLICT, 1, true) ~= nil
+end
+
 -- list options -> limit, before (a checkpoint id)
 function _M.list_opts(opts)
   if opts == nil then return nil, nil end

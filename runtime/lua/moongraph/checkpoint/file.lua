@@ -87,29 +87,6 @@ local function write(self, dirpath, name, data)
   return S().write(dirpath .. "/" .. name, data)
 end
 
-function saver:put(cfg, checkpoint, metadata)
-  common.check_put(cfg, checkpoint)
-  local cp, md = common.encode_checkpoint(checkpoint, metadata, true)
-  if not cp then return nil, md end   -- md is the error
-  local data = '{\n"checkpoint": ' .. cp .. ',\n"metadata": ' .. md ..
-    (cfg.checkpoint_id and (',\n"parent_checkpoint_id": ' .. json.encode(cfg.checkpoint_id)) or "") .. "\n}\n"
-  local ok, err = write(self, ns_dir(self, cfg), component(checkpoint.id) .. ".json", data)
-  if not ok then return nil, err end
-  return { thread_id = cfg.thread_id, checkpoint_ns = cfg.checkpoint_ns or "", checkpoint_id = checkpoint.id }
-end
-
-function saver:put_writes(cfg, task_id, writes)
-  common.check_put_writes(cfg, task_id)
-  local list, err = common.encode_writes(task_id, writes, true)
-  if not list then return nil, err end
-  local data = '{\n"task_id": ' .. json.encode(task_id) .. ',\n"writes": ' .. list .. "\n}\n"
-  local ok
-  ok, err = write(self, ns_dir(self, cfg),
-    component(cfg.checkpoint_id) .. "." .. component(task_id) .. ".writes.json", data)
-  if not ok then return nil, err end
-  return true
-end
-
 -- A namespace directory -> sorted checkpoint ids, and the names of the
 -- pending-write files of each checkpoint (sorted: by task id). Temporary
 -- files of interrupted writes do not end in .json and are skipped.
@@ -133,6 +110,75 @@ local function scan(dir)
   end
   table_sort(out)
   return out, writes
+end
+
+-- Write one checkpoint; `check`: compare the namespace's latest first.
+local function put_one(self, cfg, checkpoint, metadata, check)
+  local cp, md = common.encode_checkpoint(checkpoint, metadata, true)
+  if not cp then return nil, md end   -- md is the error
+  -- optimistic concurrency (checkpoint/common.lua): checked against the
+  -- directory, so a second writer in this or another process that has
+  -- moved on is seen; two processes writing in the same instant are not
+  local dir = ns_dir(self, cfg)
+  if check then
+    local ids, serr = scan(dir)
+    if not ids then return nil, serr end
+    local latest, want = ids[#ids], common.expected(cfg)
+    if latest ~= nil and latest ~= want and latest ~= checkpoint.id then
+      return nil, common.conflict_error(cfg.thread_id, cfg.checkpoint_ns or "", want, latest)
+    end
+  end
+  local data = '{\n"checkpoint": ' .. cp .. ',\n"metadata": ' .. md ..
+    (cfg.checkpoint_id and (',\n"parent_checkpoint_id": ' .. json.encode(cfg.checkpoint_id)) or "") .. "\n}\n"
+  local ok, err = write(self, dir, component(checkpoint.id) .. ".json", data)
+  if not ok then return nil, err end
+  return { thread_id = cfg.thread_id, checkpoint_ns = cfg.checkpoint_ns or "", checkpoint_id = checkpoint.id }
+end
+
+function saver:put(cfg, checkpoint, metadata)
+  common.check_put(cfg, checkpoint)
+  return put_one(self, cfg, checkpoint, metadata, true)
+end
+
+local function put_writes_one(self, cfg, task_id, writes)
+  local list, err = common.encode_writes(task_id, writes, true)
+  if not list then return nil, err end
+  local data = '{\n"task_id": ' .. json.encode(task_id) .. ',\n"writes": ' .. list .. "\n}\n"
+  local ok
+  ok, err = write(self, ns_dir(self, cfg),
+    component(cfg.checkpoint_id) .. "." .. component(task_id) .. ".writes.json", data)
+  if not ok then return nil, err end
+  return true
+end
+
+function saver:put_writes(cfg, task_id, writes)
+  common.check_put_writes(cfg, task_id)
+  return put_writes_one(self, cfg, task_id, writes)
+end
+
+--[[ put_batch(list) -> true | nil, err: the writes of list ({op =, a =,
+b =, c =}) one after the other, in order; a namespace's latest checkpoint
+is checked before the batch's first checkpoint in it (the later ones extend
+that one). A failure stops the batch: what was written stays (each file is
+whole), what follows is not written. ]]
+function saver:put_batch(list)
+  local checked = {}
+  for i, o in ipairs(list) do
+    local ok, err
+    if o.op == "put" then
+      common.check_put(o.a, o.b)
+      local ns = o.a.checkpoint_ns or ""
+      ok, err = put_one(self, o.a, o.b, o.c, not checked[ns])
+      checked[ns] = true
+    elseif o.op == "put_writes" then
+      common.check_put_writes(o.a, o.b)
+      ok, err = put_writes_one(self, o.a, o.b, o.c)
+    else
+      error("bad argument #1 to 'put_batch': write " .. i .. " has an unknown op '" .. tostring(o.op) .. "'", 2)
+    end
+    if not ok then return nil, err end
+  end
+  return true
 end
 
 local function read_json(path)

@@ -44,6 +44,11 @@ function saver:put(cfg, checkpoint, metadata)
   if not cp then return nil, md end   -- md is the error
   local s = space(self, cfg, true)
   local id = checkpoint.id
+  local latest = s.ids[#s.ids]
+  local want = common.expected(cfg)
+  if latest ~= nil and latest ~= want and latest ~= id then
+    return nil, common.conflict_error(cfg.thread_id, cfg.checkpoint_ns or "", want, latest)
+  end
   if not s.items[id] then
     local ids = s.ids
     ids[#ids + 1] = id

@@ -13,6 +13,9 @@ Tables (created by versioned migrations, see `migrations` below):
   moongraph_checkpoint_blobs    one row per (thread, namespace, state key,
                                 version): the value as JSON
   moongraph_checkpoint_writes   pending writes, one row per task
+  moongraph_checkpoint_heads    the latest checkpoint of each thread and
+                                namespace: a put must extend it (optimistic
+                                concurrency, see checkpoint/common.lua)
 
 A state value is written only when it changed: the saver remembers the JSON
 of every key it last wrote or read for a thread (and namespace), and an
@@ -83,6 +86,26 @@ _M.migrations = {
     version = 2,
     name = "index checkpoints by creation time",
     sql = [[CREATE INDEX moongraph_checkpoints_created ON moongraph_checkpoints (created_at);]],
+  },
+  {
+    version = 3,
+    name = "the latest checkpoint of each namespace, for optimistic concurrency",
+    sql = [[
+      CREATE TABLE moongraph_checkpoint_heads (
+        thread_id     text COLLATE "C" NOT NULL,
+        checkpoint_ns text COLLATE "C" NOT NULL,
+        checkpoint_id text COLLATE "C" NOT NULL,
+        PRIMARY KEY (thread_id, checkpoint_ns)
+      );
+      INSERT INTO moongraph_checkpoint_heads (thread_id, checkpoint_ns, checkpoint_id)
+        SELECT DISTINCT ON (thread_id, checkpoint_ns) thread_id, checkpoint_ns, checkpoint_id
+        FROM moongraph_checkpoints ORDER BY thread_id, checkpoint_ns, checkpoint_id DESC;
+      CREATE FUNCTION moongraph_checkpoint_conflict(detail text) RETURNS integer
+        LANGUAGE plpgsql AS $f$
+        BEGIN
+          RAISE EXCEPTION 'moongraph checkpoint conflict: %', detail USING ERRCODE = '40001';
+        END $f$;
+    ]],
   },
 }
 
@@ -209,26 +232,51 @@ end
 ---------------------------------------------------------------- saving
 
 -- One statement saves any number of checkpoints (with their new blobs) and
--- pending writes of one thread: one round trip, one transaction.
+-- pending writes of one thread: one round trip, one transaction. $5 moves
+-- the head of each namespace with a checkpoint in the batch, from the id the
+-- batch extends (e; null: none yet) or from the new head itself (a retry)
+-- to the new head (x); a namespace that has moved on meanwhile fails the
+-- whole statement (row locks make two writers of one head take turns, and
+-- the second then sees the first one's head).
 local SAVE_SQL = [[
-WITH b AS (
+WITH x AS (
+  SELECT * FROM json_to_recordset($5::json) AS x(n text, e text, x text)
+), u AS (
+  UPDATE moongraph_checkpoint_heads h SET checkpoint_id = x.x FROM x
+  WHERE x.e IS NOT NULL AND h.thread_id = $1 AND h.checkpoint_ns = x.n AND h.checkpoint_id IN (x.e, x.x)
+  RETURNING h.checkpoint_ns
+), i AS (
+  INSERT INTO moongraph_checkpoint_heads AS h (thread_id, checkpoint_ns, checkpoint_id)
+  SELECT $1, x.n, x.x FROM x
+  WHERE x.e IS NULL OR NOT EXISTS (SELECT 1 FROM moongraph_checkpoint_heads h2
+    WHERE h2.thread_id = $1 AND h2.checkpoint_ns = x.n)
+  ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET checkpoint_id = EXCLUDED.checkpoint_id
+    WHERE h.checkpoint_id = EXCLUDED.checkpoint_id
+  RETURNING h.checkpoint_ns
+), ok AS (
+  SELECT (SELECT count(*) FROM u) + (SELECT count(*) FROM i) = (SELECT count(*) FROM x) AS ok
+), b AS (
   INSERT INTO moongraph_checkpoint_blobs (thread_id, checkpoint_ns, channel, version, value)
   SELECT $1, x.n, x.c, x.v, x.b FROM json_to_recordset($2::json) AS x(n text, c text, v text, b json)
+  WHERE (SELECT ok FROM ok)
   ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE SET value = EXCLUDED.value
 ), c AS (
   INSERT INTO moongraph_checkpoints
     (thread_id, checkpoint_ns, checkpoint_id, parent_id, checkpoint, channel_versions, metadata)
   SELECT $1, x.n, x.i, x.p, x.cp, x.cv, x.md
   FROM json_to_recordset($3::json) AS x(n text, i text, p text, cp json, cv json, md json)
+  WHERE (SELECT ok FROM ok)
   ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET
     parent_id = EXCLUDED.parent_id, checkpoint = EXCLUDED.checkpoint,
     channel_versions = EXCLUDED.channel_versions, metadata = EXCLUDED.metadata
 ), w AS (
   INSERT INTO moongraph_checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, writes)
   SELECT $1, x.n, x.i, x.t, x.w FROM json_to_recordset($4::json) AS x(n text, i text, t text, w json)
+  WHERE (SELECT ok FROM ok)
   ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id) DO UPDATE SET writes = EXCLUDED.writes
 )
-SELECT 1]]
+SELECT CASE WHEN (SELECT ok FROM ok) THEN 1
+  ELSE moongraph_checkpoint_conflict($6) END AS ok]]
 
 -- A list of rows keyed for dedup: a later row of the same key replaces the
 -- earlier one (one statement may not touch a row twice).
@@ -285,6 +333,13 @@ local function add_put(self, b, cfg, checkpoint, metadata)
   if not mdj then return nil, err end
   local verj = next(versions) and json.encode(versions) or "{}"
   b.known[key] = now
+  local h = b.heads[ns]
+  if not h then
+    h = { e = common.expected(cfg) }
+    b.heads[ns] = h
+    b.head_order[#b.head_order + 1] = ns
+  end
+  h.x = id
   rows_add(b.cps, ns .. "\0" .. id, '{"n":' .. nsj .. ',"i":' .. jstr(id) .. ',"p":' ..
     (cfg.checkpoint_id and jstr(cfg.checkpoint_id) or "null") ..
     ',"cp":' .. bodyj .. ',"cv":' .. verj .. ',"md":' .. mdj .. "}")
@@ -303,15 +358,35 @@ local function add_writes(b, cfg, task_id, writes)
 end
 
 local function new_batch()
-  return { blobs = rows_new(), cps = rows_new(), writes = rows_new(), known = {}, marks = {} }
+  return { blobs = rows_new(), cps = rows_new(), writes = rows_new(), known = {}, marks = {},
+    heads = {}, head_order = {} }
 end
 
 local function send(self, thread_id, b)
-  for key, now in pairs(b.known) do cache_set(self, key, now) end
+  local heads, detail = {}, nil
+  for i, ns in ipairs(b.head_order) do
+    local h = b.heads[ns]
+    heads[i] = '{"n":' .. jstr(ns) .. ',"e":' .. (h.e and jstr(h.e) or "null") .. ',"x":' .. jstr(h.x) .. "}"
+    detail = detail or { ns, h.e }
+  end
   local ok, err = self.db:query(SAVE_SQL, {
     thread_id, rows_json(b.blobs), rows_json(b.cps), rows_json(b.writes),
+    "[" .. concat(heads, ",") .. "]", thread_id,
   })
-  if not ok then return nil, err end
+  if not ok then
+    if tostring(err):find("moongraph checkpoint conflict", 1, true) then
+      -- what the namespace is at now, for the message
+      local ns, e = detail[1], detail[2]
+      local rows = self.db:query([[SELECT checkpoint_id FROM moongraph_checkpoint_heads
+        WHERE thread_id = $1 AND checkpoint_ns = $2]], { thread_id, ns })
+      local latest = rows and rows[1] and rows[1].checkpoint_id or nil
+      -- the value cache may hold values of the failed batch
+      cache_drop_thread(self, thread_id)
+      return nil, common.conflict_error(thread_id, ns, e, latest)
+    end
+    return nil, err
+  end
+  for key, now in pairs(b.known) do cache_set(self, key, now) end
   for _, now in ipairs(b.marks) do
     for _, k in pairs(now) do k.stored = true end
   end
@@ -555,7 +630,8 @@ function saver:delete_thread(thread_id)
   cache_drop_thread(self, thread_id)
   ok, err = self.db:query([[
     WITH w AS (DELETE FROM moongraph_checkpoint_writes WHERE thread_id = $1),
-         b AS (DELETE FROM moongraph_checkpoint_blobs WHERE thread_id = $1)
+         b AS (DELETE FROM moongraph_checkpoint_blobs WHERE thread_id = $1),
+         h AS (DELETE FROM moongraph_checkpoint_heads WHERE thread_id = $1)
     DELETE FROM moongraph_checkpoints WHERE thread_id = $1]], { thread_id })
   if not ok then return nil, err end
   return true

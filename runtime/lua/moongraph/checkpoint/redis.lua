@@ -12,7 +12,11 @@ Keys of one thread share a hash tag, so they live together in a cluster:
   <prefix>:{<thread>}:<ns>:w:<id>           hash: task id -> JSON list of {channel, value}
 
 Thread ids and namespaces are percent-encoded in key names. Each put,
-put_writes and put_batch is one MULTI/EXEC. With `ttl` (seconds) every key written expires
+put_writes and put_batch is one MULTI/EXEC, or with a checkpoint in it one
+script that first checks that each namespace's latest checkpoint is the one
+the write extends (optimistic concurrency, checkpoint/common.lua). A saver
+with `cache_only` set (the cached saver's Redis) skips that check: it copies
+what Postgres already took. With `ttl` (seconds) every key written expires
 that long after its last write: Redis then serves as a cache, not a store.
 Durability is Redis' own: run it with appendonly (and appendfsync always for
 no loss on a crash) when these checkpoints must survive a restart.
@@ -100,10 +104,34 @@ local function transact(self, cmds)
 end
 
 -- The commands of a batch: each key's PEXPIRE and each namespace's SADD
--- once, after the writes.
+-- once, after the writes; checks: per namespace, the ids key, the id its
+-- latest checkpoint must have ("" none) and the batch's last checkpoint.
 local function batch_new()
-  return { cmds = {}, expire = {}, expire_list = {}, ns = {} }
+  return { cmds = {}, expire = {}, expire_list = {}, ns = {}, checks = {}, check_of = {} }
 end
+
+-- Checks each namespace's latest checkpoint, then runs the commands: all
+-- in one script, so nothing comes between (optimistic concurrency).
+-- ARGV: n, then n times (ids key, expected id or "", new id), then the
+-- commands as (argc, name, args...). A namespace without ids (never
+-- written, expired, deleted) has nothing to conflict with.
+local SAVE_SCRIPT = [[
+local i, n = 2, tonumber(ARGV[1])
+for _ = 1, n do
+  local ids, want, new = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  i = i + 3
+  local last = redis.call('ZRANGE', ids, -1, -1)[1]
+  if last and last ~= want and last ~= new then
+    return redis.error_reply('moongraph checkpoint conflict|' .. ids .. '|' .. last)
+  end
+end
+while i <= #ARGV do
+  local argc = tonumber(ARGV[i])
+  redis.call(unpack(ARGV, i + 1, i + argc))
+  i = i + argc + 1
+end
+return 1
+]]
 
 local function touch(self, b, key)
   if self.ttl_ms and not b.expire[key] then
@@ -131,6 +159,15 @@ local function add_put(self, b, cfg, checkpoint, metadata)
   local cmds = b.cmds
   cmds[#cmds + 1] = { "HSET", key, "cp", cp, "md", md, "parent", cfg.checkpoint_id or "" }
   cmds[#cmds + 1] = { "ZADD", ids, 0, checkpoint.id }
+  if not self.cache_only then
+    local c = b.check_of[ids]
+    if not c then
+      c = { ids, common.expected(cfg) or "", ns = ns }
+      b.check_of[ids] = c
+      b.checks[#b.checks + 1] = c
+    end
+    c[3] = checkpoint.id
+  end
   touch(self, b, key)
   touch(self, b, ids)
   add_ns(self, b, cfg.thread_id, ns)
@@ -148,10 +185,29 @@ local function add_writes(self, b, cfg, task_id, writes)
   return true
 end
 
-local function send(self, b)
+local function send(self, b, thread_id)
   local cmds = b.cmds
   for _, key in ipairs(b.expire_list) do cmds[#cmds + 1] = { "PEXPIRE", key, self.ttl_ms } end
-  return transact(self, cmds)
+  if not b.checks[1] then return transact(self, cmds) end
+  -- (the first ids key as the script's key: a cluster routes by its hash tag)
+  local args = { "EVAL", SAVE_SCRIPT, 1, b.checks[1][1], #b.checks }
+  for _, c in ipairs(b.checks) do
+    args[#args + 1], args[#args + 2], args[#args + 3] = c[1], c[2], c[3]
+  end
+  for _, cmd in ipairs(cmds) do
+    args[#args + 1] = #cmd
+    for j = 1, #cmd do args[#args + 1] = cmd[j] end
+  end
+  local r, err = self.client:call(table.unpack(args))
+  if r == nil then
+    local ids, last = tostring(err):match("moongraph checkpoint conflict|([^|]*)|([^|]*)")
+    if ids then
+      local c = b.check_of[ids]
+      return nil, common.conflict_error(thread_id, c.ns, c[2] ~= "" and c[2] or nil, last)
+    end
+    return nil, err
+  end
+  return true
 end
 
 function saver:put(cfg, checkpoint, metadata)
@@ -159,7 +215,7 @@ function saver:put(cfg, checkpoint, metadata)
   local b = batch_new()
   local ok, err = add_put(self, b, cfg, checkpoint, metadata)
   if not ok then return nil, err end
-  ok, err = send(self, b)
+  ok, err = send(self, b, cfg.thread_id)
   if not ok then return nil, err end
   return { thread_id = cfg.thread_id, checkpoint_ns = cfg.checkpoint_ns or "", checkpoint_id = checkpoint.id }
 end
@@ -199,7 +255,7 @@ function saver:put_batch(list)
     if not ok then return nil, err end
   end
   if not b.cmds[1] then return true end
-  return send(self, b)
+  return send(self, b, list[1].a.thread_id)
 end
 
 local function pairs_of(flat)

@@ -341,6 +341,9 @@ local function start(run, input, cfg, resume_cmd)
     run.last_id = latest
   end
   local forked = want_id ~= nil and latest ~= want_id
+  -- the first checkpoint of a fork extends an older one: the saver checks
+  -- the namespace's latest against what this run saw instead
+  if forked then run.fork_head = latest end
   if not run.root and tuple then
     -- a subgraph namespace belongs to one task of its parent: what is saved
     -- there is this same task's earlier, interrupted or crashed, attempt
@@ -592,6 +595,7 @@ function _M.update_state(app, cfg, values, as_node, graph)
   end
   local lok, latest = pcall(saver.get, saver, { thread_id = cfg.thread_id, checkpoint_ns = run.ns })
   run.last_id = lok and latest and latest.checkpoint.id or nil
+  if cfg.checkpoint_id and run.last_id ~= cfg.checkpoint_id then run.fork_head = run.last_id end
   local base_plan = {}
   if tuple then
     local rok, plan = pcall(checkpoint.restore, run, tuple)

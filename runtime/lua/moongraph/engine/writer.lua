@@ -19,7 +19,7 @@ are dropped.
                                      "put_writes" (task id, writes)
   writer.save_writes(run, task_id, writes)
   (a saver's optional put_batch(list) takes a list of {op =, a =, b =, c =}
-  in order and saves them all or none: async and exit use it)
+  in order: async and exit use it)
   writer.flush(run) -> true | nil, err     every write of run done
   writer.drain(w)                           (async) the queue issued and done
   writer.close(run)
@@ -128,6 +128,12 @@ function _M.put(run, op, a, b, c)
   local w = run.writer
   if w.err then return end
   local mode = w.mode
+  if op == "put" and run.fork_head and mode ~= "exit" then
+    -- a fork: the saver checks that the namespace's latest checkpoint is
+    -- still the one this run saw (head_id), not the one it extends
+    a.head_id = run.fork_head
+    run.fork_head = nil
+  end
   if mode == "sync" then
     saver_call(w, op, a, b, c)
   elseif mode == "async" then
@@ -175,6 +181,10 @@ function _M.flush(run)
       ex.put = nil
       -- the parent is the last checkpoint actually saved in this namespace
       p[1] = _M.cfg(run, run.saved_id)
+      if run.fork_head then
+        p[1].head_id = run.fork_head
+        run.fork_head = nil
+      end
       if type(w.saver.put_batch) == "function" then
         -- the checkpoint and its writes together
         local list = { { op = "put", a = p[1], b = p[2], c = p[3] } }
