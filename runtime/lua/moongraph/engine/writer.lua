@@ -47,12 +47,21 @@ local function saver_call(w, op, a, b, c)
   end
 end
 
+-- A batch that fails (a lost connection, a restarting server) is sent
+-- again after these pauses: it is idempotent (upserts; a saver takes a
+-- checkpoint it already has as the latest). A conflict is not retried.
+local RETRY = { 0.05, 0.25, 1 }
+
 local function batch_call(w, list)
-  local ok, r1, r2 = pcall(w.saver.put_batch, w.saver, list)
-  if not ok then
-    w.err = "checkpointer put_batch failed: " .. tostring(r1)
-  elseif r1 == nil then
-    w.err = "checkpointer put_batch failed: " .. tostring(r2)
+  for attempt = 1, #RETRY + 1 do
+    local ok, r1, r2 = pcall(w.saver.put_batch, w.saver, list)
+    if ok and r1 ~= nil then return end
+    local err = ok and r2 or r1
+    if not ok or attempt > #RETRY or tostring(err):find("checkpoint conflict", 1, true) then
+      w.err = "checkpointer put_batch failed: " .. tostring(err)
+      return
+    end
+    tasks.sleep(RETRY[attempt])
   end
 end
 

@@ -18,7 +18,7 @@ _M.USAGE = [[
 usage: moongraph worker --script [NAME=]PATH... [--redis URL] [--pg URL]
                         [--concurrency N] [--group NAME] [--consumer NAME]
                         [--checkpoint cached|postgres|redis|file:DIR|memory]
-                        [--durability async|sync|exit]
+                        [--durability sync|async|exit]
                         [--claim-idle SEC] [--claim-interval SEC] [--max-deliveries N]
                         [--grace SEC] [--job-timeout SEC] [--heartbeat SEC]
                         [--events-ttl SEC] [--events-maxlen N]
@@ -44,7 +44,7 @@ _M.defaults = {
   group = "moongraph",
   consumer = nil,               -- default <hostname>-<pid>
   checkpoint = "cached",
-  durability = "async",         -- checkpoint writes: async (batched while the run goes on) | sync | exit
+  durability = "sync",          -- checkpoint writes: sync (each before the run goes on) | async (batched) | exit
   claim_idle = 30,              -- a pending job idle this long is claimed by another worker
   claim_interval = nil,         -- default min(5, claim_idle / 2)
   max_deliveries = 5,           -- a job delivered more often goes to the dead-letter stream
@@ -213,7 +213,7 @@ function _M.parse(args, getenv)
     return nil, "--checkpoint must be cached, postgres, redis, file:DIR or memory"
   end
   if cfg.durability ~= "sync" and cfg.durability ~= "async" and cfg.durability ~= "exit" then
-    return nil, "--durability must be async, sync or exit"
+    return nil, "--durability must be sync, async or exit"
   end
   if not LEVELS[cfg.log_level] then
     return nil, "--log-level must be debug, info, warn or error"
