@@ -278,6 +278,12 @@ WITH x AS (
 SELECT CASE WHEN (SELECT ok FROM ok) THEN 1
   ELSE moongraph_checkpoint_conflict($6) END AS ok]]
 
+-- A batch of pending writes only: no head to move, a smaller statement.
+local WRITES_SQL = [[
+INSERT INTO moongraph_checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, writes)
+SELECT $1, x.n, x.i, x.t, x.w FROM json_to_recordset($2::json) AS x(n text, i text, t text, w json)
+ON CONFLICT (thread_id, checkpoint_ns, checkpoint_id, task_id) DO UPDATE SET writes = EXCLUDED.writes]]
+
 -- A list of rows keyed for dedup: a later row of the same key replaces the
 -- earlier one (one statement may not touch a row twice).
 local function rows_new() return { list = {}, at = {} } end
@@ -363,6 +369,11 @@ local function new_batch()
 end
 
 local function send(self, thread_id, b)
+  if not b.cps.list[1] then
+    local ok, err = self.db:query(WRITES_SQL, { thread_id, rows_json(b.writes) })
+    if not ok then return nil, err end
+    return true
+  end
   local heads, detail = {}, nil
   for i, ns in ipairs(b.head_order) do
     local h = b.heads[ns]
