@@ -9,18 +9,20 @@
 # installs) except the ones only the test suite uses, then `make` as in the
 # README. spec/worker_deploy_spec.lua checks that the lists stay in step.
 #
-#   test-only (not installed here): lua-busted redis-server postgresql libssl-dev procps iproute2 graphviz luarocks nodejs npm
-#   (libssl-dev builds the specs' HTTPS test server, procps and iproute2 give
-#   the specs ps and ss; luarocks serves `luarocks make`, which the image does
-#   not use; nodejs and npm run the official MCP peers of the MCP specs;
-#   graphviz renders the drawings `moongraph draw` and app:draw make)
+#   test-only (not installed here): lua-busted redis-server postgresql procps iproute2 graphviz luarocks nodejs npm curl lua-socket wrk libh2o-dev
+#   (procps and iproute2 give the specs ps and ss; luarocks serves `luarocks
+#   make`, which the image does not use; nodejs and npm run the official MCP peers of the MCP specs;
+#   graphviz renders the drawings `moongraph draw` and app:draw make; curl and
+#   lua-socket are the HTTP server specs' clients; wrk and libh2o-dev serve
+#   `make bench-server`)
 
 FROM debian:12-slim AS build
 ENV DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       build-essential pkg-config ca-certificates openssl lua5.4 liblua5.4-dev lua-cjson \
-      libuv1-dev libcurl4-openssl-dev libhiredis-dev libpq-dev libedit-dev \
+      libuv1-dev libcurl4-openssl-dev libssl-dev libhiredis-dev libpq-dev libedit-dev \
+      libhttp-parser-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY Makefile ./
@@ -37,6 +39,8 @@ RUN make
 #   libhiredis0.14  <- libhiredis-dev
 #   libpq5          <- libpq-dev
 #   libedit2        <- libedit-dev
+#   libssl3         <- libssl-dev
+#   libhttp-parser2.9 <- libhttp-parser-dev
 #   lua-cjson       <- lua-cjson
 #   ca-certificates <- ca-certificates
 
@@ -44,7 +48,8 @@ FROM debian:12-slim
 ENV DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      liblua5.4-0 libuv1 libcurl4 libhiredis0.14 libpq5 libedit2 lua-cjson ca-certificates \
+      liblua5.4-0 libuv1 libcurl4 libhiredis0.14 libpq5 libedit2 libssl3 libhttp-parser2.9 \
+      lua-cjson ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --home-dir /app --shell /usr/sbin/nologin moongraph
 COPY --from=build /src/moongraph /usr/local/bin/moongraph

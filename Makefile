@@ -12,14 +12,15 @@
 # so that the pkg-config flags below are read after the libraries exist (a
 # fresh machine has neither pkg-config nor the -dev packages).
 
-PKGS     := lua5.4 libuv libcurl hiredis libpq
+PKGS     := lua5.4 libuv libcurl hiredis libpq openssl
 CC       ?= cc
 OPT      ?= -O2 -g
 CFLAGS   += $(OPT) -std=gnu11 -Wall -Wextra -fPIC $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lm
+# http-parser ships no pkg-config file
+LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lhttp_parser -lm
 EDIT_CFLAGS := $(shell pkg-config --cflags libedit 2>/dev/null)
 EDIT_LIBS   := $(shell pkg-config --libs libedit 2>/dev/null)
-DEPS_OK  := $(shell pkg-config --exists $(PKGS) libedit 2>/dev/null && echo yes)
+DEPS_OK  := $(shell pkg-config --exists $(PKGS) libedit 2>/dev/null && test -f /usr/include/http_parser.h && echo yes)
 
 BUILD    ?= build
 OUTLIB   ?= lib
@@ -39,7 +40,7 @@ all: $(BIN) $(OUTLIB)/moongraph/core.so
 # instead of failing at the link step.
 check-deps:
 ifneq ($(DEPS_OK),yes)
-	@echo "moongraph: build dependencies are missing (pkg-config $(PKGS) libedit); run 'make deps' first" >&2; exit 1
+	@echo "moongraph: build dependencies are missing (pkg-config $(PKGS) libedit, http_parser.h); run 'make deps' first" >&2; exit 1
 endif
 
 $(BUILD)/%.o: runtime/%.c $(HDRS) | $(BUILD) check-deps

@@ -2,9 +2,10 @@
 ** core.c — the `moongraph.core` Lua module.
 **
 ** Gathers the runtime's sub-modules into one table: core.loop, core.sse,
-** core.http, core.redis, core.pg, core.store, core.signal, core.process, core.json. Sub-modules are referenced
-** weakly, so a build that leaves one out still links; the Lua side reports
-** a missing one clearly when it is required.
+** core.http, core.redis, core.pg, core.store, core.signal, core.process, core.json,
+** core.server. Sub-modules are referenced weakly, so a build that leaves one
+** out still links; the Lua side reports a missing one clearly when it is
+** required.
 */
 #include "mg.h"
 
@@ -16,6 +17,7 @@
 #pragma weak mg_open_signal
 #pragma weak mg_open_process
 #pragma weak mg_open_json
+#pragma weak mg_open_server
 
 void mg_register_class(lua_State *L, const char *name, const luaL_Reg *methods,
                        lua_CFunction gc, lua_CFunction close,
@@ -47,6 +49,7 @@ int luaopen_moongraph_core(lua_State *L) {
     {"signal", mg_open_signal},
     {"process", mg_open_process},
     {"json", mg_open_json},
+    {"server", mg_open_server},
   };
   lua_newtable(L);
   for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {

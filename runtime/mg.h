@@ -87,6 +87,7 @@ int mg_open_store(lua_State *L);
 int mg_open_json(lua_State *L);
 int mg_open_signal(lua_State *L);
 int mg_open_process(lua_State *L);
+int mg_open_server(lua_State *L);
 
 /* Create the metatable `name` (once): __index is a table of `methods`, and
 ** each non-NULL function becomes __gc, __close or __tostring. Leaves the
