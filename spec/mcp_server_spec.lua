@@ -1,7 +1,7 @@
 -- `moongraph mcp serve scripts/marketing/tools.lua` checked by the official
 -- MCP TypeScript SDK client (spec/support/node/sdk_client.mjs, installed by
--- make test) over stdio. (--http needs the HTTP server primitive, which
--- this build lacks; see docs/mcp.md.)
+-- make test) over stdio; spec/mcp_http_spec.lua does the same over
+-- Streamable HTTP.
 local mg = require "moongraph"
 local cli = require "cli"
 local cjson = require "cjson"

@@ -210,9 +210,9 @@ describe("moongraph mcp serve", function()
     r = cli.run { "mcp", "serve", "/no/such/file.lua" }
     assert.equal(1, r.code)
     assert.matches("/no/such/file.lua", r.err)
-    r = cli.run { "mcp", "serve", TOOLS, "--http", "8080" }
+    r = cli.run { "mcp", "serve", TOOLS, "--http", "70000" }
     assert.equal(2, r.code)
-    assert.matches("%-%-http is not available", r.err)
+    assert.matches("%-%-http: port 0..65535 expected", r.err)
   end)
 
   it("ends when the client closes its stdin", function()

@@ -1,7 +1,9 @@
 -- moongraph mcp serve FILE.lua [--http PORT]
 -- Serves the tools (and resources and prompts) that FILE.lua declares as an
--- MCP server over stdio: MCP clients start this command and talk JSON-RPC
--- on its stdin/stdout. FILE returns {name, version, tools = { {name,
+-- MCP server over stdio (MCP clients start this command and talk JSON-RPC
+-- on its stdin/stdout), or with --http PORT over Streamable HTTP at
+-- http://HOST:PORT/mcp (HOST 127.0.0.1 unless --host; PORT 0 picks a free
+-- one; the URL is printed on stderr once listening). FILE returns {name, version, tools = { {name,
 -- description, inputSchema, handler}, ... }} or a module whose `mcp` field
 -- is that declaration (or a function making it); see docs/mcp.md.
 -- Diagnostics go to stderr; print() in a tool writes to stderr too, since
@@ -9,10 +11,10 @@
 
 local cliargs = require "moongraph.args"
 
-local USAGE = "usage: moongraph mcp serve FILE.lua [--http PORT]"
+local USAGE = "usage: moongraph mcp serve FILE.lua [--http PORT [--host HOST]]"
 local SPEC = {
   name = "mcp serve", usage = USAGE,
-  options = { http = "integer" },
+  options = { http = "integer", host = "string" },
   positional = { name = "file", label = "FILE", required = true },
 }
 
@@ -36,11 +38,6 @@ local function main(args)
     return 2
   end
   if o.help then io.stdout:write(USAGE, "\n") return 0 end
-  if o.http then
-    io.stderr:write("moongraph mcp: --http is not available: this build has no HTTP server primitive ",
-      "(moongraph.server) to serve Streamable HTTP on; use stdio (no --http)\n")
-    return 2
-  end
   -- stdout carries the protocol: nothing else may write there
   _G.print = function(...)
     local n = select("#", ...)
@@ -53,6 +50,21 @@ local function main(args)
   if not s then
     io.stderr:write("moongraph mcp: ", tostring(err), "\n")
     return 1
+  end
+  if o.http then
+    local http_server = require "moongraph.mcp.http_server"
+    local srv, serr = http_server.serve(s, {
+      host = o.host or "127.0.0.1", port = o.http,
+      on_error = function(msg) io.stderr:write("moongraph mcp: ", msg, "\n") end,
+    })
+    if not srv then
+      io.stderr:write("moongraph mcp: cannot listen: ", tostring(serr), "\n")
+      return 1
+    end
+    io.stderr:write(string.format("moongraph mcp: serving %d tool(s) of %s at %s\n", #s.tool_list, o.file, srv.url))
+    io.stderr:flush()
+    srv:wait()      -- until SIGTERM/SIGINT drains the server
+    return 0
   end
   io.stderr:write(string.format("moongraph mcp: serving %d tool(s) of %s over stdio\n", #s.tool_list, o.file))
   s:serve_stdio {
