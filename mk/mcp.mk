@@ -1,6 +1,7 @@
-# The official MCP peers the specs and bench/mcp.lua talk to
+# The official peers the specs and bench/mcp.lua talk to
 # (spec/support/node: the TypeScript SDK's client and the reference server
-# @modelcontextprotocol/server-everything), installed with `npm ci` from the
+# @modelcontextprotocol/server-everything; the LangGraph SDK client
+# @langchain/langgraph-sdk for moongraph serve), installed with `npm ci` from the
 # committed lockfile, again only when the lockfile changes.
 MCP_PEERS := spec/support/node/node_modules/.package-lock.json
 TEST_DEPS += $(MCP_PEERS)
