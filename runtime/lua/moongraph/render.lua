@@ -53,6 +53,8 @@ local function edges_of(app)
   end
   return out
 end
+-- render.edges(app) -> that list (the LangGraph API's drawing of a graph)
+_M.edges = edges_of
 
 local function mermaid_id(name)
   if name == START then return "__start__" end

@@ -1,0 +1,983 @@
+--[[
+moongraph.api.embedded — the embedded backend of the LangGraph Agent API:
+assistants, threads and runs of the scripts loaded into this process, runs
+executed in-process as tasks, checkpoints and thread records in durable
+local files under a data directory.
+
+  local embedded = require "moongraph.api.embedded"
+  local b = assert(embedded.new{
+    data = ".moongraph",                               -- data directory
+    scripts = { {name = "chat", path = "scripts/eco/chat.lua"}, ... },
+  })
+
+Every script is an assistant whose id is its name (the graph id). Layout
+of the data directory:
+
+  <data>/checkpoints/...            the threads' checkpoints (checkpoint.file)
+  <data>/threads/<thread>.json      thread records: owner, metadata, status, values
+
+Runs (their records and their event logs, which resumable streams replay)
+live in this process: a restart keeps threads and checkpoints and forgets
+runs; a run that was going when the process stopped has its last
+checkpoint, and a new run on the thread with input null continues it.
+
+Operations take decoded request bodies (tables) and the caller's user (nil
+without API keys) and return a result, or nil, HTTP status, message. A
+thread belongs to the user who created it: others get 404, as for an id
+that does not exist. Events of a run are {seq, event, data} with data
+already encoded as JSON; run:events_after(seq, timeout) waits for more.
+
+multitask_strategy for a run on a busy thread: reject (the default: 409),
+enqueue (runs after the ones before it), interrupt (the running run stops,
+its checkpoints stay) and rollback (the running run stops and the thread
+goes back to the checkpoint it started from).
+]]
+
+local mg = require "moongraph"
+local json = require "moongraph.json"
+local ids = require "moongraph.ids"
+local core = require "moongraph.core"
+local scripts = require "moongraph.worker.scripts"
+local text = require "moongraph.text"
+
+local type, pairs, ipairs, tostring, tonumber, setmetatable, pcall, error, next =
+  type, pairs, ipairs, tostring, tonumber, setmetatable, pcall, error, next
+local string_format, string_gsub, string_byte, string_char =
+  string.format, string.gsub, string.byte, string.char
+local table_sort, table_remove, table_insert = table.sort, table.remove, table.insert
+local math_floor = math.floor
+local null = json.null
+local array = json.array
+
+local store = core.store
+
+local _M = {}
+local B = {}
+B.__index = B
+local Run = {}
+Run.__index = Run
+
+_M.STREAM_MODES = { values = "values", updates = "updates", ["messages-tuple"] = "messages",
+  custom = "custom", debug = "debug", tasks = "tasks", checkpoints = "checkpoints" }
+_M.STRATEGIES = { reject = true, enqueue = true, interrupt = true, rollback = true }
+_M.MAX_RUNS_PER_THREAD = 100   -- finished runs kept (with their events) per thread
+
+---------------------------------------------------------------- helpers
+
+local function isnull(v) return v == nil or v == null end
+
+-- wall clock with sub-second steps: os.time() anchored to the monotonic clock
+local wall_base, mono_base
+local function wall()
+  if not wall_base then wall_base, mono_base = os.time(), mg.now() end
+  return wall_base + (mg.now() - mono_base)
+end
+
+local function iso(t)
+  local s = math_floor(t)
+  return os.date("!%Y-%m-%dT%H:%M:%S", s) .. string_format(".%03d+00:00", math_floor((t - s) * 1000))
+end
+
+local urandom
+local function uuid4()
+  if not urandom then urandom = io.open("/dev/urandom", "rb") end
+  local b = urandom and urandom:read(16)
+  if not b or #b ~= 16 then
+    local t = {}
+    for i = 1, 16 do t[i] = string_char(math.random(0, 255)) end
+    b = table.concat(t)
+  end
+  local x = { string_byte(b, 1, 16) }
+  x[7] = (x[7] & 0x0f) | 0x40
+  x[9] = (x[9] & 0x3f) | 0x80
+  return string_format("%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+    table.unpack(x))
+end
+_M.uuid4 = uuid4
+
+local function enc_char(c) return string_format("%%%02X", string_byte(c)) end
+local function component(s) return (string_gsub(s, "[^%w_%-]", enc_char)) end
+
+local function copy(t)
+  local o = {}
+  if type(t) == "table" then for k, v in pairs(t) do o[k] = v end end
+  return o
+end
+
+local function fail(status, msg) return nil, status, msg end
+
+-- a JSON object from a request (nil/null: empty) | nil, 422, msg
+local function object(v, what)
+  if isnull(v) then return {} end
+  if type(v) ~= "table" or json.is_array(v) or (next(v) ~= nil and v[1] ~= nil) then
+    return nil, 422, what .. " must be an object"
+  end
+  return v
+end
+
+-- does `have` contain every key/value of `want` (JSON containment, one level deep
+-- for tables compared by their encoding)?
+local function contains(have, want)
+  for k, v in pairs(want) do
+    local h = have and have[k]
+    if type(v) == "table" and type(h) == "table" then
+      if json.encode(v) ~= json.encode(h) then return false end
+    elseif h ~= v then
+      return false
+    end
+  end
+  return true
+end
+
+---------------------------------------------------------------- construction
+
+-- new{data = dir, scripts = {{name, path}, ...}} -> backend | nil, err
+function _M.new(opts)
+  if type(opts) ~= "table" then
+    error("bad argument #1 to 'new': options table expected, got " .. type(opts), 2)
+  end
+  local data = opts.data or ".moongraph"
+  if type(data) ~= "string" or data == "" then
+    error("bad argument #1 to 'new': data must be a directory path", 2)
+  end
+  if type(opts.scripts) ~= "table" then
+    error("bad argument #1 to 'new': scripts must be a list of {name =, path =}", 2)
+  end
+  data = data:gsub("/+$", "")
+  local ok, err = store.mkdir(data .. "/threads")
+  if not ok then return nil, "cannot create " .. data .. "/threads: " .. tostring(err) end
+  local saver = mg.checkpoint.file(data .. "/checkpoints")
+  local reg = scripts.new(opts.scripts, saver)
+  local lok, lerr = reg:load()
+  if not lok then return nil, lerr end
+  local self = setmetatable({
+    data = data, saver = saver, reg = reg,
+    threads = {},       -- thread_id -> record (loaded from files)
+    runs = {},          -- run_id -> run
+    created = wall(),
+  }, B)
+  local names, lerr2, code = store.list(data .. "/threads")
+  if not names and code ~= "ENOENT" then return nil, lerr2 end
+  for _, n in ipairs(names or {}) do
+    if n:match("%.json$") then
+      local body = store.read(data .. "/threads/" .. n)
+      local rec = body and json.decode(body)
+      if type(rec) == "table" and type(rec.thread_id) == "string" then
+        rec.runs = {}
+        -- a run that was going when the last process stopped is over
+        if rec.status == "busy" then rec.status = "idle" end
+        self.threads[rec.thread_id] = rec
+      end
+    end
+  end
+  return self
+end
+
+---------------------------------------------------------------- assistants
+
+local function assistant_json(self, s)
+  local t = iso(self.created)
+  return { assistant_id = s.name, graph_id = s.name, name = s.name, description = null,
+    config = {}, context = {}, metadata = { created_by = "system" }, version = 1,
+    created_at = t, updated_at = t }
+end
+
+function B:assistants_search(body)
+  body = body or {}
+  local out = {}
+  for _, s in ipairs(self.reg.set.list) do
+    if (isnull(body.graph_id) or body.graph_id == s.name) and (isnull(body.name) or body.name == s.name)
+       and (type(body.metadata) ~= "table" or contains({ created_by = "system" }, body.metadata)) then
+      out[#out + 1] = assistant_json(self, s)
+    end
+  end
+  local offset = tonumber(body.offset) or 0
+  local limit = tonumber(body.limit) or 10
+  local page = array()
+  for i = offset + 1, math.min(#out, offset + limit) do page[#page + 1] = out[i] end
+  return page, #out
+end
+
+local function script_of(self, id)
+  if type(id) ~= "string" then return nil end
+  for _, s in ipairs(self.reg.set.list) do
+    if s.name == id then return s end
+  end
+  return nil
+end
+
+function B:assistant(id)
+  local s = script_of(self, id)
+  if not s then return fail(404, "assistant '" .. tostring(id) .. "' not found") end
+  return assistant_json(self, s)
+end
+
+-- the graph as LangGraph's drawable JSON: {nodes = {{id, type, data}}, edges = {{source, target, conditional}}}
+function B:assistant_graph(id)
+  local s = script_of(self, id)
+  if not s then return fail(404, "assistant '" .. tostring(id) .. "' not found") end
+  local app = s.app
+  local render = require "moongraph.render"
+  local nodes = array { { id = mg.START, type = "schema", data = mg.START } }
+  for _, n in ipairs(app.order) do
+    nodes[#nodes + 1] = { id = n, type = "runnable", data = { id = { "moongraph", n }, name = n } }
+  end
+  nodes[#nodes + 1] = { id = mg.END, type = "schema", data = mg.END }
+  local edges = array()
+  for _, e in ipairs(render.edges(app)) do
+    local edge = { source = e.from, target = e.to, conditional = e.kind == "branch" }
+    if e.label then edge.data = e.label end
+    edges[#edges + 1] = edge
+  end
+  return { nodes = nodes, edges = edges }
+end
+
+function B:assistant_schemas(id)
+  local s = script_of(self, id)
+  if not s then return fail(404, "assistant '" .. tostring(id) .. "' not found") end
+  return { graph_id = s.name, input_schema = null, output_schema = null, state_schema = null,
+    config_schema = null, context_schema = null }
+end
+
+---------------------------------------------------------------- threads
+
+local function thread_path(self, id)
+  return self.data .. "/threads/" .. component(id) .. ".json"
+end
+
+local SAVED = { "thread_id", "owner", "created_at", "updated_at", "metadata", "status", "values",
+  "interrupts", "error" }
+
+local function save_thread(self, rec)
+  local out = {}
+  for _, k in ipairs(SAVED) do out[k] = rec[k] end
+  local s, err = json.encode(out)
+  if not s then return nil, "thread " .. rec.thread_id .. ": " .. err end
+  return store.write(thread_path(self, rec.thread_id), s)
+end
+
+local function thread_json(rec)
+  return { thread_id = rec.thread_id, created_at = iso(rec.created_at), updated_at = iso(rec.updated_at),
+    metadata = rec.metadata or {}, status = rec.status, config = {},
+    values = rec.values == nil and null or rec.values,
+    interrupts = rec.interrupts or {}, error = rec.error }
+end
+_M.thread_json = thread_json
+
+-- the caller's thread | nil, 404, msg
+local function mine(self, user, id)
+  local rec = type(id) == "string" and self.threads[id]
+  if not rec or rec.owner ~= user then
+    return fail(404, "thread '" .. tostring(id) .. "' not found")
+  end
+  return rec
+end
+
+function B:thread_create(user, body)
+  body = body or {}
+  local metadata, st, msg = object(body.metadata, "metadata")
+  if not metadata then return fail(st, msg) end
+  local id = body.thread_id
+  if isnull(id) then id = uuid4()
+  else
+    local ok, err = ids.check(id, "thread_id")
+    if not ok then return fail(422, err) end
+  end
+  local existing = self.threads[id]
+  if existing then
+    if existing.owner == user and body.if_exists == "do_nothing" then return thread_json(existing) end
+    return fail(409, "thread '" .. id .. "' already exists")
+  end
+  if not isnull(body.supersteps) then
+    return fail(422, "supersteps are not supported: create the thread, then update its state")
+  end
+  local now = wall()
+  local rec = { thread_id = id, owner = user, created_at = now, updated_at = now,
+    metadata = metadata, status = "idle", runs = {} }
+  local ok, err = save_thread(self, rec)
+  if not ok then return fail(500, "cannot store the thread: " .. tostring(err)) end
+  self.threads[id] = rec
+  return thread_json(rec)
+end
+
+function B:thread_get(user, id)
+  local rec, st, msg = mine(self, user, id)
+  if not rec then return fail(st, msg) end
+  return thread_json(rec)
+end
+
+function B:thread_patch(user, id, body)
+  local rec, st, msg = mine(self, user, id)
+  if not rec then return fail(st, msg) end
+  local metadata
+  metadata, st, msg = object((body or {}).metadata, "metadata")
+  if not metadata then return fail(st, msg) end
+  rec.metadata = rec.metadata or {}
+  for k, v in pairs(metadata) do rec.metadata[k] = v end
+  rec.updated_at = wall()
+  local ok, err = save_thread(self, rec)
+  if not ok then return fail(500, "cannot store the thread: " .. tostring(err)) end
+  return thread_json(rec)
+end
+
+local SORT_KEYS = { thread_id = true, status = true, created_at = true, updated_at = true }
+
+function B:thread_search(user, body)
+  body = body or {}
+  local metadata, st, msg = object(body.metadata, "metadata")
+  if not metadata then return fail(st, msg) end
+  local values
+  values, st, msg = object(body.values, "values")
+  if not values then return fail(st, msg) end
+  local want_ids
+  if not isnull(body.ids) then
+    if type(body.ids) ~= "table" then return fail(422, "ids must be a list") end
+    want_ids = {}
+    for _, i in ipairs(body.ids) do want_ids[i] = true end
+  end
+  local sort_by = isnull(body.sort_by) and "created_at" or body.sort_by
+  if not SORT_KEYS[sort_by] then
+    return fail(422, "sort_by must be thread_id, status, created_at or updated_at")
+  end
+  local desc = isnull(body.sort_order) or body.sort_order == "desc"
+  local list = {}
+  for _, rec in pairs(self.threads) do
+    if rec.owner == user and (isnull(body.status) or rec.status == body.status)
+       and (not want_ids or want_ids[rec.thread_id])
+       and contains(rec.metadata or {}, metadata) and contains(rec.values or {}, values) then
+      list[#list + 1] = rec
+    end
+  end
+  table_sort(list, function(a, b)
+    local x, y = a[sort_by], b[sort_by]
+    if x == y then x, y = a.thread_id, b.thread_id end
+    if desc then return x > y end
+    return x < y
+  end)
+  local offset = math.max(0, tonumber(body.offset) or 0)
+  local limit = math.max(0, tonumber(body.limit) or 10)
+  local select = type(body.select) == "table" and body.select or nil
+  local page = array()
+  for i = offset + 1, math.min(#list, offset + limit) do
+    local t = thread_json(list[i])
+    if select then
+      local s = {}
+      for _, k in ipairs(select) do s[k] = t[k] end
+      t = s
+    end
+    page[#page + 1] = t
+  end
+  return page, #list
+end
+
+function B:thread_count(user, body)
+  local _, total = self:thread_search(user, { metadata = body and body.metadata, values = body and body.values,
+    status = body and body.status, limit = 0 })
+  return total or 0
+end
+
+-- the thread's active and queued runs
+local function busy(rec)
+  return rec.active ~= nil or (rec.queue and rec.queue[1] ~= nil)
+end
+
+function B:thread_delete(user, id)
+  local rec, st, msg = mine(self, user, id)
+  if not rec then return fail(st, msg) end
+  for _, q in ipairs(rec.queue or {}) do q:finish("interrupted") end
+  rec.queue = nil
+  if rec.active then rec.active:stop("interrupt") end
+  for _, r in ipairs(rec.runs or {}) do self.runs[r.run_id] = nil end
+  self.threads[id] = nil
+  local ok, err = self.saver:delete_thread(id)
+  if not ok then return fail(500, "cannot delete the thread's checkpoints: " .. tostring(err)) end
+  local rok, rerr, code = store.remove(thread_path(self, id))
+  if not rok and code ~= "ENOENT" then return fail(500, "cannot delete the thread: " .. tostring(rerr)) end
+  return true
+end
+
+---------------------------------------------------------------- state
+
+local function app_of(self, rec)
+  local gid = rec.metadata and rec.metadata.graph_id
+  local s = script_of(self, gid)
+  return s and s.app, gid
+end
+
+local function checkpoint_json(cfg)
+  if type(cfg) ~= "table" or not cfg.checkpoint_id then return null end
+  return { thread_id = cfg.thread_id, checkpoint_ns = cfg.checkpoint_ns or "",
+    checkpoint_id = cfg.checkpoint_id, checkpoint_map = null }
+end
+
+local function interrupts_json(list)
+  local out = array()
+  for i, it in ipairs(list or {}) do
+    local o = { id = it.id, value = it.value == nil and null or it.value }
+    if it.when then o.when = it.when end
+    if it.nodes then o.nodes = it.nodes end
+    out[i] = o
+  end
+  return out
+end
+_M.interrupts_json = interrupts_json
+
+-- a state snapshot as LangGraph's ThreadState
+local function state_json(snap)
+  local tasks = array()
+  for i, t in ipairs(snap.tasks or {}) do
+    tasks[i] = { id = t.id, name = t.name, path = array { "__pregel_pull", t.name },
+      error = t.error and tostring(t.error) or null, interrupts = interrupts_json(t.interrupts),
+      checkpoint = null, state = null, result = t.result == nil and null or t.result }
+  end
+  local next_ = array()
+  for i, n in ipairs(snap.next or {}) do next_[i] = n end
+  return { values = snap.values or {}, next = next_, tasks = tasks,
+    interrupts = interrupts_json(snap.interrupts),
+    metadata = snap.metadata or {}, created_at = snap.created_at or null,
+    checkpoint = checkpoint_json(snap.config), parent_checkpoint = checkpoint_json(snap.parent_config) }
+end
+_M.state_json = state_json
+
+local function empty_state(rec)
+  return { values = {}, next = array(), tasks = array(), interrupts = array(), metadata = {},
+    created_at = null, checkpoint = null, parent_checkpoint = null,
+    thread_id = rec and rec.thread_id }
+end
+
+function B:thread_state(user, id, checkpoint_id)
+  local rec, st, msg = mine(self, user, id)
+  if not rec then return fail(st, msg) end
+  local app = app_of(self, rec)
+  if not app then
+    if checkpoint_id then return fail(404, "checkpoint '" .. tostring(checkpoint_id) .. "' not found") end
+    local e = empty_state(rec)
+    e.thread_id = nil
+    return e
+  end
+  local snap, err = app:get_state { thread_id = id, checkpoint_id = checkpoint_id }
+  if not snap then return fail(500, err) end
+  if checkpoint_id and (not snap.config or snap.config.checkpoint_id ~= checkpoint_id) then
+    return fail(404, "checkpoint '" .. tostring(checkpoint_id) .. "' not found")
+  end
+  return state_json(snap)
+end
+
+-- after a change of the thread's state: its values, interrupts and status
+local function refresh(self, rec, app, status, errmsg)
+  local snap = app and app:get_state { thread_id = rec.thread_id }
+  if snap then
+    rec.values = snap.values
+    local by = {}
+    for _, t in ipairs(snap.tasks or {}) do
+      if t.interrupts and t.interrupts[1] then by[t.id] = interrupts_json(t.interrupts) end
+    end
+    rec.interrupts = by
+    if status == nil then
+      status = (snap.interrupts[1] or snap.next[1]) and "interrupted" or "idle"
+    end
+  end
+  rec.status = status or "idle"
+  rec.error = errmsg
+  rec.updated_at = wall()
+  return save_thread(self, rec)
+end
+
+function B:thread_update_state(user, id, body)
+  local rec, st, msg = mine(self, user, id)
+  if not rec then return fail(st, msg) end
+  body = body or {}
+  if busy(rec) then return fail(409, "thread '" .. id .. "' is busy: a run is going") end
+  local app, gid = app_of(self, rec)
+  if not app then
+    return fail(400, "thread '" .. id .. "' has no graph yet (run an assistant on it first, or create " ..
+      "it with metadata.graph_id)")
+  end
+  local values = body.values
+  if isnull(values) then values = nil
+  elseif type(values) ~= "table" then return fail(422, "values must be an object")
+  elseif json.is_array(values) or values[1] ~= nil then
+    return fail(422, "values must be an object (a list of updates is not supported)")
+  end
+  local cp_id = body.checkpoint_id
+  if isnull(cp_id) and type(body.checkpoint) == "table" then cp_id = body.checkpoint.checkpoint_id end
+  if isnull(cp_id) then cp_id = nil end
+  local as_node = body.as_node
+  if isnull(as_node) then as_node = nil
+  elseif as_node ~= mg.START and as_node ~= mg.END and not app.nodes[as_node] then
+    return fail(422, "as_node: graph '" .. gid .. "' has no node '" .. tostring(as_node) .. "'")
+  end
+  local ok, cfg, err = pcall(app.update_state, app, { thread_id = id, checkpoint_id = cp_id }, values, as_node)
+  if not ok then return fail(422, tostring(cfg)) end
+  if not cfg then
+    if tostring(err):find("not found", 1, true) then return fail(404, err) end
+    return fail(500, err)
+  end
+  refresh(self, rec, app)
+  return { checkpoint = checkpoint_json(cfg) }
+end
+
+function B:thread_history(user, id, body)
+  local rec, st, msg = mine(self, user, id)
+  if not rec then return fail(st, msg) end
+  body = body or {}
+  local app = app_of(self, rec)
+  if not app then return array() end
+  local limit = tonumber(body.limit) or 10
+  local before = body.before
+  if type(before) == "table" then before = before.checkpoint_id end
+  if isnull(before) then before = nil end
+  local cfg = { thread_id = id }
+  if type(body.checkpoint) == "table" and not isnull(body.checkpoint.checkpoint_id) then
+    cfg.checkpoint_id = body.checkpoint.checkpoint_id
+  end
+  local filter = type(body.metadata) == "table" and body.metadata or nil
+  local list, err = app:get_state_history(cfg, { limit = filter and nil or limit, before = before })
+  if not list then return fail(500, err) end
+  local out = array()
+  for _, snap in ipairs(list) do
+    if #out >= limit then break end
+    if not filter or contains(snap.metadata or {}, filter) then out[#out + 1] = state_json(snap) end
+  end
+  return out
+end
+
+---------------------------------------------------------------- runs
+
+local function run_json(run)
+  return { run_id = run.run_id, thread_id = run.thread_id, assistant_id = run.assistant_id,
+    created_at = iso(run.created_at), updated_at = iso(run.updated_at), status = run.status,
+    metadata = run.metadata, multitask_strategy = run.multitask_strategy,
+    kwargs = { stream_mode = run.stream_mode, stream_subgraphs = run.subgraphs,
+      stream_resumable = true, config = run.config_in or {} } }
+end
+_M.run_json = run_json
+function B:run_json(run) return run_json(run) end
+
+-- an event of the run, kept for followers and later joins
+function Run:publish(event, data)
+  local s, err = json.encode(data, { valid_utf8 = true })
+  if not s then
+    event, s = "error", json.encode({ error = "EncodingError",
+      message = "a " .. event .. " event cannot be sent as JSON: " .. err }, { valid_utf8 = true })
+  end
+  local seq = #self.events + 1
+  self.events[seq] = { seq = seq, event = event, data = s }
+  self:wake()
+end
+
+function Run:wake()
+  local w = self.waiters
+  if w[1] then
+    self.waiters = {}
+    for _, q in ipairs(w) do q:put(true) end
+  end
+end
+
+-- events_after(seq [, timeout]) -> list of events after seq (maybe empty on
+-- timeout), done: waits for at least one event unless the run is over.
+function Run:events_after(seq, timeout)
+  local ev = self.events
+  if #ev <= seq and not self.done then
+    local q = mg.queue()
+    self.waiters[#self.waiters + 1] = q
+    q:get(timeout)
+    for i, x in ipairs(self.waiters) do
+      if x == q then table_remove(self.waiters, i) break end
+    end
+  end
+  local out = {}
+  for i = seq + 1, #ev do out[#out + 1] = ev[i] end
+  return out, self.done and #ev <= seq + #out
+end
+
+-- the run is over (status set, followers released)
+function Run:finish(status)
+  if self.done then return end
+  self.status = status
+  self.updated_at = wall()
+  self.done = true
+  self:wake()
+  for _, q in ipairs(self.joiners) do q:put(true) end
+  self.joiners = {}
+end
+
+-- wait() -> waits until the run is over
+function Run:wait()
+  if self.done then return end
+  local q = mg.queue()
+  self.joiners[#self.joiners + 1] = q
+  q:get()
+end
+
+-- ask the run to stop: "interrupt" keeps its checkpoints, "rollback" takes
+-- the thread back to where the run started
+function Run:stop(action)
+  if self.done then return end
+  self.stop_action = action or "interrupt"
+  if self.task and not self.task:done() then self.task:cancel() end
+end
+
+-- the run's events as the stream's modes ask, for one engine event
+local function translate(run, ev)
+  local mode = ev.mode
+  local name
+  if mode == "messages" then name = "messages" else name = mode end
+  if run.subgraphs and ev.ns and ev.ns ~= "" then name = name .. "|" .. ev.ns end
+  local data = ev.data
+  if mode == "updates" then
+    data = { [ev.node or "__unknown__"] = ev.data == nil and {} or ev.data }
+  elseif mode == "messages" then
+    local chunk
+    if type(data) == "table" then
+      chunk = copy(data)
+      chunk.type = chunk.type or "AIMessageChunk"
+      chunk.id = chunk.id or ("run-" .. run.run_id .. "-" .. tostring(ev.task_id))
+    else
+      chunk = { type = "AIMessageChunk", content = tostring(data),
+        id = "run-" .. run.run_id .. "-" .. tostring(ev.task_id) }
+    end
+    data = array { chunk, { langgraph_node = ev.node, langgraph_step = ev.step,
+      langgraph_checkpoint_ns = ev.ns or "", langgraph_task_id = ev.task_id,
+      run_id = run.run_id, thread_id = run.thread_id } }
+  elseif mode == "debug" then
+    local d = ev.data or {}
+    local payload = d.task or d
+    if d.type == "checkpoint" then
+      payload = { values = d.values, next = d.next, metadata = d.metadata,
+        checkpoint = { thread_id = run.thread_id, checkpoint_ns = ev.ns or "", checkpoint_id = d.id } }
+    end
+    data = { type = d.type, step = d.step, timestamp = iso(wall()), payload = payload }
+  end
+  return name, data
+end
+
+-- Runs one run to its end (in its own task), then starts the next queued.
+local function execute(self, rec, run)
+  run.status = "running"
+  run.updated_at = wall()
+  rec.status = "busy"
+  local app = run.app
+  local cfg = { thread_id = run.thread_id, run_id = run.run_id, stream_mode = run.engine_modes,
+    subgraphs = run.subgraphs, recursion_limit = run.recursion_limit,
+    checkpoint_id = run.checkpoint_id, context = run.context, configurable = run.configurable,
+    metadata = run.metadata }
+  -- where the run starts, for a rollback
+  local before = app:get_state { thread_id = run.thread_id }
+  run.from = before and before.config and before.config.checkpoint_id or ""
+  local input = run.input
+  local failure
+  if not run.stop_action then
+    run.task = mg.spawn(function()
+      for ev in app:stream(input, cfg) do
+        if run.modes[ev.mode] then
+          local name, data = translate(run, ev)
+          run:publish(name, data)
+        end
+      end
+    end)
+    local ok, err = run.task:join()
+    if not ok and err ~= "cancelled" then failure = err end
+  end
+  local status
+  if run.stop_action then
+    if run.stop_action == "rollback" then
+      if run.from == "" then
+        self.saver:delete_thread(run.thread_id)
+      elseif run.from then
+        pcall(app.update_state, app, { thread_id = run.thread_id, checkpoint_id = run.from }, nil)
+      end
+    end
+    status = "interrupted"
+    refresh(self, rec, app)
+  elseif failure then
+    local msg = text.error_message(failure)
+    run:publish("error", { error = "GraphError", message = msg })
+    status = "error"
+    refresh(self, rec, app, "error", msg)
+  else
+    status = "success"
+    refresh(self, rec, app)
+  end
+  -- the run's output (what wait and join answer), taken before a
+  -- stateless run's thread goes away
+  local snap = app:get_state { thread_id = run.thread_id }
+  if snap then
+    local out = copy(snap.values)
+    if snap.interrupts and snap.interrupts[1] then
+      local list = interrupts_json(snap.interrupts)
+      out.__interrupt__ = list
+      if status == "success" then
+        if run.modes.values then run:publish("values", { __interrupt__ = list }) end
+        if run.modes.updates then run:publish("updates", { __interrupt__ = list }) end
+      end
+    end
+    run.output = out
+  end
+  if run.temporary then
+    self.saver:delete_thread(run.thread_id)
+    self.threads[run.thread_id] = nil
+    store.remove(thread_path(self, run.thread_id))
+  end
+  if rec.active == run then rec.active = nil end
+  -- the next queued run, if any, before followers of this one wake up
+  local nxt = rec.queue and table_remove(rec.queue, 1)
+  if nxt then
+    rec.active = nxt
+    rec.status = "busy"
+    mg.spawn(execute, self, rec, nxt)
+  end
+  run:finish(status)
+end
+
+local function list_of(v)
+  if isnull(v) then return nil end
+  if type(v) == "string" then return { v } end
+  if type(v) == "table" then return v end
+  return false
+end
+
+-- mg.Command from the API's command {resume, update, goto}
+local function command_of(c)
+  if type(c) ~= "table" then return nil, "command must be an object" end
+  local t = {}
+  if not isnull(c.resume) then t.resume = c.resume end
+  if not isnull(c.update) then
+    if type(c.update) ~= "table" then return nil, "command.update must be an object" end
+    t.update = c.update
+  end
+  local go = c["goto"]
+  if not isnull(go) then
+    local function one(g)
+      if type(g) == "string" then return g end
+      if type(g) == "table" and type(g.node) == "string" then return mg.Send(g.node, g.input) end
+      return nil
+    end
+    if type(go) == "table" and (json.is_array(go) or go[1] ~= nil) then
+      t.to = {}
+      for i, g in ipairs(go) do
+        t.to[i] = one(g)
+        if not t.to[i] then return nil, "command.goto must name nodes or {node, input} sends" end
+      end
+    else
+      t.to = one(go)
+      if not t.to then return nil, "command.goto must name nodes or {node, input} sends" end
+    end
+  end
+  return mg.Command(t)
+end
+
+--[[ run_create(user, thread_id | nil, body) -> run | nil, status, msg
+thread_id nil: a stateless run (on a temporary thread, deleted when the run
+ends unless on_completion = "keep"). The run starts at once, or waits its
+turn (enqueue); see the module's note on multitask_strategy. ]]
+function B:run_create(user, thread_id, body)
+  if type(body) ~= "table" then return fail(422, "the request body must be a JSON object") end
+  local s = script_of(self, body.assistant_id)
+  if not s then return fail(404, "assistant '" .. tostring(body.assistant_id) .. "' not found") end
+  local strategy = isnull(body.multitask_strategy) and "reject" or body.multitask_strategy
+  if not _M.STRATEGIES[strategy] then
+    return fail(422, "multitask_strategy must be reject, enqueue, interrupt or rollback")
+  end
+  for _, k in ipairs { "interrupt_before", "interrupt_after" } do
+    if not isnull(body[k]) then
+      return fail(422, k .. " per run is not supported: compile the graph with " .. k)
+    end
+  end
+  if not isnull(body.webhook) then return fail(422, "webhooks are not supported") end
+  local modes_in = list_of(body.stream_mode)
+  if modes_in == false then return fail(422, "stream_mode must be a mode or a list of modes") end
+  modes_in = modes_in or { "values" }
+  local modes, engine_modes, names = {}, {}, array()
+  for _, m in ipairs(modes_in) do
+    local em = _M.STREAM_MODES[m]
+    if not em then
+      return fail(422, "stream_mode '" .. tostring(m) .. "' is not supported (values, updates, " ..
+        "messages-tuple, custom, debug, tasks, checkpoints)")
+    end
+    if not modes[em] then
+      modes[em] = true
+      engine_modes[#engine_modes + 1] = em
+    end
+    names[#names + 1] = m
+  end
+  local input
+  if not isnull(body.command) then
+    local cmd, cerr = command_of(body.command)
+    if not cmd then return fail(422, cerr) end
+    input = cmd
+  elseif not isnull(body.input) then
+    if type(body.input) ~= "table" or json.is_array(body.input) then
+      return fail(422, "input must be an object of state values (or null to continue the thread)")
+    end
+    input = body.input
+  end
+  local config, st, msg = object(body.config, "config")
+  if not config then return fail(st, msg) end
+  local metadata
+  metadata, st, msg = object(body.metadata, "metadata")
+  if not metadata then return fail(st, msg) end
+  local cp_id = body.checkpoint_id
+  if isnull(cp_id) and type(body.checkpoint) == "table" then cp_id = body.checkpoint.checkpoint_id end
+  if isnull(cp_id) then cp_id = nil end
+  local rec
+  local temporary = false
+  if thread_id == nil then
+    thread_id = uuid4()
+    temporary = body.on_completion ~= "keep"
+    local now = wall()
+    rec = { thread_id = thread_id, owner = user, created_at = now, updated_at = now,
+      metadata = { graph_id = s.name, assistant_id = s.name }, status = "idle", runs = {} }
+    self.threads[thread_id] = rec
+    if not temporary then save_thread(self, rec) end
+  else
+    rec, st, msg = mine(self, user, thread_id)
+    if not rec then
+      if body.if_not_exists == "create" and not self.threads[thread_id] then
+        local t, cst, cmsg = self:thread_create(user, { thread_id = thread_id })
+        if not t then return fail(cst, cmsg) end
+        rec = self.threads[thread_id]
+      else
+        return fail(st, msg)
+      end
+    end
+    local gid = rec.metadata and rec.metadata.graph_id
+    if gid ~= nil and gid ~= s.name then
+      return fail(409, "thread '" .. thread_id .. "' belongs to graph '" .. tostring(gid) ..
+        "', not '" .. s.name .. "'")
+    end
+  end
+  if busy(rec) and strategy == "reject" then
+    return fail(409, "thread '" .. thread_id .. "' is already running a run; wait for it to finish " ..
+      "or choose another multitask_strategy (enqueue, interrupt, rollback)")
+  end
+  if not (rec.metadata and rec.metadata.graph_id) then
+    rec.metadata = rec.metadata or {}
+    rec.metadata.graph_id = s.name
+    rec.metadata.assistant_id = s.name
+  end
+  local now = wall()
+  local run = setmetatable({
+    run_id = uuid4(), thread_id = thread_id, assistant_id = s.name, owner = user,
+    created_at = now, updated_at = now, status = "pending",
+    metadata = metadata, multitask_strategy = strategy, stream_mode = names,
+    modes = modes, engine_modes = engine_modes, subgraphs = body.stream_subgraphs == true,
+    input = input, checkpoint_id = cp_id, config_in = config,
+    recursion_limit = tonumber(config.recursion_limit),
+    configurable = type(config.configurable) == "table" and config.configurable or nil,
+    context = type(body.context) == "table" and body.context or nil,
+    app = s.app, temporary = temporary, stateless = temporary or nil,
+    events = {}, waiters = {}, joiners = {}, done = false,
+  }, Run)
+  self.runs[run.run_id] = run
+  rec.runs[#rec.runs + 1] = run
+  -- forget the oldest finished runs of a long-lived thread
+  while #rec.runs > _M.MAX_RUNS_PER_THREAD do
+    local old = rec.runs[1]
+    if not old.done then break end
+    table_remove(rec.runs, 1)
+    self.runs[old.run_id] = nil
+  end
+  run:publish("metadata", { run_id = run.run_id, attempt = 1 })
+  rec.status = "busy"
+  rec.updated_at = now
+  save_thread(self, rec)
+  if not busy(rec) then
+    rec.active = run
+    mg.spawn(execute, self, rec, run)
+  elseif strategy == "enqueue" then
+    rec.queue = rec.queue or {}
+    rec.queue[#rec.queue + 1] = run
+  else
+    -- interrupt / rollback: this run goes first; the running one stops
+    rec.queue = rec.queue or {}
+    table_insert(rec.queue, 1, run)
+    if rec.active then rec.active:stop(strategy) end
+  end
+  return run
+end
+
+-- the caller's run | nil, 404, msg (thread_id nil: a stateless run)
+function B:run(user, thread_id, run_id)
+  local run = type(run_id) == "string" and self.runs[run_id]
+  if not run or run.owner ~= user or (thread_id ~= nil and run.thread_id ~= thread_id)
+     or (thread_id == nil and not run.stateless) then
+    return fail(404, "run '" .. tostring(run_id) .. "' not found")
+  end
+  return run
+end
+
+function B:run_list(user, thread_id, q)
+  local rec, st, msg = mine(self, user, thread_id)
+  if not rec then return fail(st, msg) end
+  q = q or {}
+  local out = array()
+  local offset, limit = tonumber(q.offset) or 0, tonumber(q.limit) or 10
+  local n = 0
+  for i = #rec.runs, 1, -1 do
+    local r = rec.runs[i]
+    if isnull(q.status) or r.status == q.status then
+      n = n + 1
+      if n > offset and #out < limit then out[#out + 1] = run_json(r) end
+    end
+  end
+  return out
+end
+
+function B:run_cancel(user, thread_id, run_id, action, wait)
+  local run, st, msg = self:run(user, thread_id, run_id)
+  if not run then return fail(st, msg) end
+  action = action or "interrupt"
+  if action ~= "interrupt" and action ~= "rollback" then
+    return fail(422, "action must be interrupt or rollback")
+  end
+  if run.done then return true end
+  local rec = self.threads[run.thread_id]
+  if run.status == "pending" and rec and rec.queue then
+    for i, q in ipairs(rec.queue) do
+      if q == run then table_remove(rec.queue, i) break end
+    end
+    run:finish("interrupted")
+    if not busy(rec) then refresh(self, rec, run.app) end
+    return true
+  end
+  run:stop(action)
+  if wait then run:wait() end
+  return true
+end
+
+function B:run_delete(user, thread_id, run_id)
+  local run, st, msg = self:run(user, thread_id, run_id)
+  if not run then return fail(st, msg) end
+  if not run.done then return fail(409, "run '" .. run_id .. "' is still going: cancel it first") end
+  self.runs[run_id] = nil
+  local rec = self.threads[run.thread_id]
+  if rec then
+    for i, r in ipairs(rec.runs) do
+      if r == run then table_remove(rec.runs, i) break end
+    end
+  end
+  return true
+end
+
+-- the output of a finished run: the thread's values (with __interrupt__
+-- when it paused), or {__error__ = {error, message}}
+function B:run_output(run)
+  run:wait()
+  if run.status == "error" then
+    for i = #run.events, 1, -1 do
+      local e = run.events[i]
+      if e.event == "error" then return { __error__ = json.decode(e.data) } end
+    end
+  end
+  return run.output or {}
+end
+
+-- the thread's active run (for /threads/:id/stream) | nil
+function B:thread_active_run(user, thread_id)
+  local rec, st, msg = mine(self, user, thread_id)
+  if not rec then return fail(st, msg) end
+  return rec.active or false
+end
+
+return _M
