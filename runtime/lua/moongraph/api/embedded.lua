@@ -661,7 +661,7 @@ local function execute(self, rec, run)
   local cfg = { thread_id = run.thread_id, run_id = run.run_id, stream_mode = run.engine_modes,
     subgraphs = run.subgraphs, recursion_limit = run.recursion_limit,
     checkpoint_id = run.checkpoint_id, context = run.context, configurable = run.configurable,
-    metadata = run.metadata }
+    metadata = run.metadata, durability = run.durability }
   -- where the run starts, for a rollback
   local before = app:get_state { thread_id = run.thread_id }
   run.from = before and before.config and before.config.checkpoint_id or ""
@@ -807,10 +807,14 @@ function B:run_create(user, thread_id, body)
     if not cmd then return fail(422, cerr) end
     input = cmd
   elseif not isnull(body.input) then
-    if type(body.input) ~= "table" or json.is_array(body.input) then
+    if type(body.input) ~= "table" or json.is_array(body.input) or body.input[1] ~= nil then
       return fail(422, "input must be an object of state values (or null to continue the thread)")
     end
     input = body.input
+  end
+  local durability = not isnull(body.durability) and body.durability or nil
+  if durability and durability ~= "sync" and durability ~= "async" and durability ~= "exit" then
+    return fail(422, "durability must be sync, async or exit")
   end
   local config, st, msg = object(body.config, "config")
   if not config then return fail(st, msg) end
@@ -862,7 +866,7 @@ function B:run_create(user, thread_id, body)
     created_at = now, updated_at = now, status = "pending",
     metadata = metadata, multitask_strategy = strategy, stream_mode = names,
     modes = modes, engine_modes = engine_modes, subgraphs = body.stream_subgraphs == true,
-    input = input, checkpoint_id = cp_id, config_in = config,
+    input = input, checkpoint_id = cp_id, config_in = config, durability = durability,
     recursion_limit = tonumber(config.recursion_limit),
     configurable = type(config.configurable) == "table" and config.configurable or nil,
     context = type(body.context) == "table" and body.context or nil,
