@@ -132,7 +132,9 @@ function _M.routes(b, opts)
         if raw and raw:find("%S") then
           local v, err = json.decode(raw)
           if v == nil then return problem(400, "the request body is not valid JSON: " .. tostring(err)) end
-          if type(v) ~= "table" then return problem(422, "the request body must be a JSON object") end
+          if type(v) ~= "table" or json.is_array(v) or v[1] ~= nil then
+            return problem(422, "the request body must be a JSON object")
+          end
           body = v
         else
           body = {}
