@@ -292,6 +292,41 @@ describe("api.embedded", function()
     end)
   end)
 
+  it("refuses a script whose graph does not keep the checkpointer build{} gets", function()
+    mg.run(function()
+      local path = tmp.file([[
+        local mg = require "moongraph"
+        return { build = function()
+          local g = mg.graph {}
+          g:add_node("a", function() return {} end)
+          g:add_edge(mg.START, "a")
+          return g:compile()
+        end }
+      ]], "nosaver.lua")
+      local b, err = embedded.new { data = tmp.dir("lgapi"), scripts = { { name = "x", path = path } } }
+      assert.is_nil(b)
+      assert.matches("script 'x': build{checkpointer = saver} must compile the graph with that checkpointer", err)
+    end)
+  end)
+
+  it("deletes a thread while its run is going: the run stops and the thread stays gone", function()
+    local dir = tmp.dir("lgapi")
+    mg.run(function()
+      local b = backend(dir)
+      local t = b:thread_create(nil, {})
+      local run = assert(b:run_create(nil, t.thread_id, { assistant_id = "agent", input = input("x", { hold = 30 }),
+        stream_mode = "custom" }))
+      reach(run, "custom")
+      assert.is_true(b:thread_delete(nil, t.thread_id))
+      run:wait()
+      assert.equal("interrupted", run.status)
+      assert.is_nil(b:thread_get(nil, t.thread_id))
+    end)
+    mg.run(function()
+      assert.equal(0, #backend(dir):thread_search(nil, {}))
+    end)
+  end)
+
   it("refuses what it cannot do with 422 and unknown assistants with 404", function()
     mg.run(function()
       local b = backend()

@@ -150,6 +150,12 @@ function _M.new(opts)
   local reg = scripts.new(opts.scripts, saver)
   local lok, lerr = reg:load()
   if not lok then return nil, lerr end
+  for _, s in ipairs(reg.set.list) do
+    if s.app.checkpointer == nil then
+      return nil, "script '" .. s.name .. "': build{checkpointer = saver} must compile the graph with " ..
+        "that checkpointer (threads need it)"
+    end
+  end
   local self = setmetatable({
     data = data, saver = saver, reg = reg,
     threads = {},       -- thread_id -> record (loaded from files)
@@ -249,6 +255,7 @@ local SAVED = { "thread_id", "owner", "created_at", "updated_at", "metadata", "s
   "interrupts", "error" }
 
 local function save_thread(self, rec)
+  if rec.deleted or rec.temporary then return true end
   local out = {}
   for _, k in ipairs(SAVED) do out[k] = rec[k] end
   local s, err = json.encode(out)
@@ -267,7 +274,7 @@ _M.thread_json = thread_json
 -- the caller's thread | nil, 404, msg
 local function mine(self, user, id)
   local rec = type(id) == "string" and self.threads[id]
-  if not rec or rec.owner ~= user then
+  if not rec or rec.owner ~= user or rec.temporary then
     return fail(404, "thread '" .. tostring(id) .. "' not found")
   end
   return rec
@@ -342,7 +349,7 @@ function B:thread_search(user, body)
   local desc = isnull(body.sort_order) or body.sort_order == "desc"
   local list = {}
   for _, rec in pairs(self.threads) do
-    if rec.owner == user and (isnull(body.status) or rec.status == body.status)
+    if rec.owner == user and not rec.temporary and (isnull(body.status) or rec.status == body.status)
        and (not want_ids or want_ids[rec.thread_id])
        and contains(rec.metadata or {}, metadata) and contains(rec.values or {}, values) then
       list[#list + 1] = rec
@@ -388,6 +395,7 @@ function B:thread_delete(user, id)
   rec.queue = nil
   if rec.active then rec.active:stop("interrupt") end
   for _, r in ipairs(rec.runs or {}) do self.runs[r.run_id] = nil end
+  rec.deleted = true
   self.threads[id] = nil
   local ok, err = self.saver:delete_thread(id)
   if not ok then return fail(500, "cannot delete the thread's checkpoints: " .. tostring(err)) end
@@ -653,7 +661,7 @@ local function translate(run, ev)
 end
 
 -- Runs one run to its end (in its own task), then starts the next queued.
-local function execute(self, rec, run)
+local function run_body(self, rec, run)
   run.status = "running"
   run.updated_at = wall()
   rec.status = "busy"
@@ -664,7 +672,7 @@ local function execute(self, rec, run)
     metadata = run.metadata, durability = run.durability }
   -- where the run starts, for a rollback
   local before = app:get_state { thread_id = run.thread_id }
-  run.from = before and before.config and before.config.checkpoint_id or ""
+  if before then run.from = before.config and before.config.checkpoint_id or "" end
   local input = run.input
   local failure
   if not run.stop_action then
@@ -718,6 +726,21 @@ local function execute(self, rec, run)
     self.saver:delete_thread(run.thread_id)
     self.threads[run.thread_id] = nil
     store.remove(thread_path(self, run.thread_id))
+  end
+  return status
+end
+
+local execute
+
+-- Runs one run to its end (in its own task), then starts the next queued:
+-- whatever happens, the run finishes and the thread moves on.
+function execute(self, rec, run)
+  local ok, status = xpcall(run_body, debug.traceback, self, rec, run)
+  if not ok then
+    io.stderr:write("moongraph serve: run ", run.run_id, ": ", tostring(status), "\n")
+    run:publish("error", { error = "InternalError", message = "the run failed inside the server" })
+    rec.status = "error"
+    status = "error"
   end
   if rec.active == run then rec.active = nil end
   -- the next queued run, if any, before followers of this one wake up
@@ -825,15 +848,15 @@ function B:run_create(user, thread_id, body)
   if isnull(cp_id) and type(body.checkpoint) == "table" then cp_id = body.checkpoint.checkpoint_id end
   if isnull(cp_id) then cp_id = nil end
   local rec
-  local temporary = false
+  local temporary, stateless = false, thread_id == nil
   if thread_id == nil then
     thread_id = uuid4()
     temporary = body.on_completion ~= "keep"
     local now = wall()
     rec = { thread_id = thread_id, owner = user, created_at = now, updated_at = now,
-      metadata = { graph_id = s.name, assistant_id = s.name }, status = "idle", runs = {} }
+      metadata = { graph_id = s.name, assistant_id = s.name }, status = "idle", runs = {},
+      temporary = temporary or nil }
     self.threads[thread_id] = rec
-    if not temporary then save_thread(self, rec) end
   else
     rec, st, msg = mine(self, user, thread_id)
     if not rec then
@@ -870,7 +893,7 @@ function B:run_create(user, thread_id, body)
     recursion_limit = tonumber(config.recursion_limit),
     configurable = type(config.configurable) == "table" and config.configurable or nil,
     context = type(body.context) == "table" and body.context or nil,
-    app = s.app, temporary = temporary, stateless = temporary or nil,
+    app = s.app, temporary = temporary, stateless = stateless,
     events = {}, waiters = {}, joiners = {}, done = false,
   }, Run)
   self.runs[run.run_id] = run
