@@ -1,0 +1,457 @@
+--[[
+moongraph.store.postgres — the Store on PostgreSQL (LangGraph's PostgresStore),
+shared by every process that opens the same database.
+
+  mg.store.postgres("postgresql://user@host/db", { pool_size = 4, index =, ttl = })
+  mg.store.postgres(db_or_pool [, opts])      -- a moongraph.pg connection or pool
+
+One table, created by versioned migrations (see `migrations`):
+
+  moongraph_store   namespace text[], key, value jsonb, created_at, updated_at,
+                    ttl_minutes, expires_at, embedding float8[]
+                    (primary key (namespace, key), byte order: COLLATE "C")
+
+A namespace is a text array, so any label (dots, slashes, quotes, any
+UTF-8 but NUL) is stored as it is, and a prefix search is a range of the
+primary key. An item's vectors live in its own row, written by the same
+statement as its value: a reader never sees one writer's value with
+another's vectors.
+
+Every batch, whatever it holds, is ONE statement: its writes (deduplicated,
+last wins), gets, searches, namespace listings, the TTL refresh of what it
+read and, when due, a sweep of expired items are parts of a single WITH
+query built with $n parameters only. One round trip, atomic; its reads see
+the database as it was when the statement began (as LangGraph's batch:
+reads before writes).
+
+Migrations run once per store object, on first use, in one transaction
+under an advisory lock of their own (moongraph_store_migrations), so any
+number of processes may start at once on an empty database.
+]]
+
+local type, error, tostring, pairs, ipairs, setmetatable =
+  type, error, tostring, pairs, ipairs, setmetatable
+local format, concat, sort = string.format, table.concat, table.sort
+
+local json = require "moongraph.json"
+local base = require "moongraph.store.base"
+local index_mod = require "moongraph.store.index"
+local SQLNULL = require("moongraph.pg").null
+
+local _M = {}
+local store = {}
+for k, v in pairs(base.methods) do store[k] = v end
+local mt = { __index = store, __name = "moongraph.store.postgres" }
+
+-- "mgstore1" as a big-endian int8: the advisory lock of the migrations
+local LOCK_KEY = string.unpack(">i8", "mgstore1")
+
+_M.migrations = {
+  {
+    version = 1,
+    name = "store items",
+    sql = [[
+      CREATE TABLE moongraph_store (
+        namespace   text[] COLLATE "C" NOT NULL,
+        key         text COLLATE "C" NOT NULL,
+        value       jsonb NOT NULL,
+        created_at  timestamptz NOT NULL DEFAULT now(),
+        updated_at  timestamptz NOT NULL DEFAULT now(),
+        ttl_minutes float8,
+        expires_at  timestamptz,
+        embedding   float8[],
+        PRIMARY KEY (namespace, key)
+      );
+      CREATE INDEX moongraph_store_expires ON moongraph_store (expires_at)
+        WHERE expires_at IS NOT NULL;
+    ]],
+  },
+}
+
+--[[ migrate(db [, migrations]) -> number applied | nil, err ]]
+function _M.migrate(db, migrations)
+  migrations = migrations or _M.migrations
+  local list = {}
+  for i, m in ipairs(migrations) do list[i] = m end
+  sort(list, function(a, b) return a.version < b.version end)
+  return db:transaction(function(tx)
+    local function must(ok, err)
+      if not ok then error(err, 0) end
+      return ok
+    end
+    must(tx:query("SELECT pg_advisory_xact_lock($1)", { LOCK_KEY }))
+    must(tx:exec([[CREATE TABLE IF NOT EXISTS moongraph_store_migrations (
+      version    integer PRIMARY KEY,
+      name       text NOT NULL,
+      applied_at timestamptz NOT NULL DEFAULT now())]]))
+    local done = {}
+    for _, r in ipairs(must(tx:query("SELECT version FROM moongraph_store_migrations"))) do
+      done[r.version] = true
+    end
+    local applied = 0
+    for _, m in ipairs(list) do
+      if not done[m.version] then
+        local ok, err = tx:exec(m.sql)
+        if not ok then error(format("migration %d (%s) failed: %s", m.version, m.name, err), 0) end
+        must(tx:query("INSERT INTO moongraph_store_migrations (version, name) VALUES ($1, $2)",
+          { m.version, m.name }))
+        applied = applied + 1
+      end
+    end
+    return applied
+  end)
+end
+
+-- Run the migrations once; callers arriving meanwhile wait for that run.
+local function ready(self)
+  while not self.ready do
+    local q = self.migrating
+    if not q then break end
+    q:get()
+  end
+  if self.ready then return true end
+  local q = require("moongraph").queue()
+  self.migrating = q
+  local guard <close> = setmetatable({}, { __close = function()
+    self.migrating = nil
+    q:close()
+  end })
+  local n, err = _M.migrate(self.db)
+  if not n then return nil, "store schema: " .. tostring(err) end
+  self.ready = true
+  return true
+end
+
+---------------------------------------------------------------- statement building
+
+-- A statement under construction: SQL parts and their $n parameters.
+local function stmt()
+  local params = { n = 0 }
+  return {
+    params = params,
+    p = function(v)
+      params.n = params.n + 1
+      params[params.n] = v
+      return "$" .. params.n
+    end,
+  }
+end
+
+local function jstr(s) return json.encode(s) end
+
+local function jlabels(labels)
+  local parts = {}
+  for i, l in ipairs(labels) do parts[i] = jstr(l) end
+  return "[" .. concat(parts, ",") .. "]"
+end
+
+-- a float8[] literal of numbers (sent as a parameter, never spliced)
+local function farray(list)
+  local parts = {}
+  for i, x in ipairs(list) do parts[i] = format("%.17g", x) end
+  return "{" .. concat(parts, ",") .. "}"
+end
+
+local LIVE = "(s.expires_at IS NULL OR s.expires_at > now())"
+
+local function ns_array(st, labels)
+  return "ARRAY(SELECT jsonb_array_elements_text(" .. st.p(jlabels(labels)) .. "::jsonb))"
+end
+
+-- WHERE conditions of a search's namespace prefix: a range of the key
+local function prefix_range(st, prefix)
+  if #prefix == 0 then return "TRUE" end
+  local upper = {}
+  for i, l in ipairs(prefix) do upper[i] = l end
+  upper[#upper] = upper[#upper] .. "\1"     -- the least text after every label == last
+  return format('s.namespace >= %s COLLATE "C" AND s.namespace < %s COLLATE "C"',
+    ns_array(st, prefix), ns_array(st, upper))
+end
+
+local function filter_sql(st, filter)
+  if not filter then return "" end
+  local out = {}
+  for _, c in ipairs(filter) do
+    local f = st.p(c.field)
+    if c.op == "$eq" then
+      out[#out + 1] = format("s.value -> %s = %s::jsonb", f, st.p(c.text))
+    elseif c.op == "$ne" then
+      out[#out + 1] = format("(s.value -> %s) IS DISTINCT FROM %s::jsonb", f, st.p(c.text))
+    else
+      local sqlop = ({ ["$gt"] = ">", ["$gte"] = ">=", ["$lt"] = "<", ["$lte"] = "<=" })[c.op]
+      if type(c.value) == "number" then
+        out[#out + 1] = format("jsonb_typeof(s.value -> %s) = 'number' AND (s.value -> %s) %s %s::jsonb",
+          f, f, sqlop, st.p(c.text))
+      else
+        out[#out + 1] = format([[jsonb_typeof(s.value -> %s) = 'string' AND (s.value ->> %s) COLLATE "C" %s %s]],
+          f, f, sqlop, st.p(c.value))
+      end
+    end
+  end
+  return " AND " .. concat(out, " AND ")
+end
+
+local ITEM_COLS = "s.namespace, s.key, s.value, s.created_at, s.updated_at"
+
+local function search_cte(st, i, op, dims)
+  local score, from = "NULL::float8", "moongraph_store s"
+  local order = "c.updated_at DESC, c.namespace, c.key"
+  if op.qvec then
+    local d = st.p(dims)
+    score = format([[CASE WHEN cardinality(s.embedding) %% %s::int = 0 THEN
+      (SELECT max(t.d) FROM (SELECT sum(u.e * q.v[((u.o - 1) %% %s::int) + 1]) AS d
+        FROM unnest(s.embedding) WITH ORDINALITY AS u(e, o) GROUP BY (u.o - 1) / %s::int) t)
+      END]], d, d, d)
+    order = "c.score DESC NULLS LAST, " .. order
+    from = format("moongraph_store s CROSS JOIN (SELECT %s::float8[] AS v) q", st.p(farray(op.qvec)))
+  end
+  return format([[s%d AS (
+    SELECT c.*, row_number() OVER (ORDER BY %s) AS pos FROM (
+      SELECT %d AS i, %s AS r, %s, %s AS score
+      FROM %s
+      WHERE %s AND %s%s) c
+    ORDER BY pos LIMIT %s OFFSET %s)]],
+    i, order, i, op.refresh and "TRUE" or "FALSE", ITEM_COLS, score, from,
+    LIVE, prefix_range(st, op.prefix), filter_sql(st, op.filter),
+    st.p(op.limit), st.p(op.offset))
+end
+
+local function list_cte(st, i, op)
+  local conds = { LIVE }
+  local np, ns = #op.prefix, #op.suffix
+  if np > 0 or ns > 0 then
+    conds[#conds + 1] = format("cardinality(s.namespace) >= %s::int", st.p(math.max(np, ns)))
+  end
+  for k, l in ipairs(op.prefix) do
+    if l ~= "*" then conds[#conds + 1] = format("s.namespace[%d] = %s", k, st.p(l)) end
+  end
+  for k, l in ipairs(op.suffix) do
+    if l ~= "*" then
+      conds[#conds + 1] = format("s.namespace[cardinality(s.namespace) - %d] = %s", ns - k, st.p(l))
+    end
+  end
+  local cut = "s.namespace"
+  if op.max_depth then cut = format("s.namespace[1:%s::int]", st.p(op.max_depth)) end
+  return format([[l%d AS (
+    SELECT %d AS i, t.ns, row_number() OVER (ORDER BY t.ns) AS pos FROM (
+      SELECT DISTINCT %s AS ns FROM moongraph_store s WHERE %s
+      ORDER BY 1 LIMIT %s OFFSET %s) t)]],
+    i, i, cut, concat(conds, " AND "), st.p(op.limit), st.p(op.offset))
+end
+
+-- the JSON rows of a batch's writes
+local function writes_json(writes)
+  local rows = {}
+  for i, op in ipairs(writes) do
+    if op.kind == "delete" then
+      rows[i] = format('{"ns":%s,"k":%s,"del":true}', jlabels(op.ns), jstr(op.key))
+    else
+      local emb = "null"
+      if op.vectors and #op.vectors > 0 then
+        local flat = {}
+        for _, v in ipairs(op.vectors) do
+          for _, x in ipairs(v) do flat[#flat + 1] = format("%.17g", x) end
+        end
+        emb = "[" .. concat(flat, ",") .. "]"
+      end
+      rows[i] = format('{"ns":%s,"k":%s,"del":false,"v":%s,"ttl":%s,"e":%s}', jlabels(op.ns),
+        jstr(op.key), op.text, op.ttl and format("%.17g", op.ttl) or "null", emb)
+    end
+  end
+  return "[" .. concat(rows, ",") .. "]"
+end
+
+--[[ build(self, ops, writes, sweep) -> sql, params
+The one statement of a batch. ]]
+local function build(self, ops, writes, sweep)
+  local st = stmt()
+  local ctes, selects = {}, {}
+  local NOT_WRITTEN = ""
+  if #writes > 0 then
+    ctes[#ctes + 1] = format([[w AS (SELECT * FROM jsonb_to_recordset(%s::jsonb)
+      AS x(ns text[], k text, del boolean, v jsonb, ttl float8, e float8[]))]], st.p(writes_json(writes)))
+    ctes[#ctes + 1] = [[del AS (DELETE FROM moongraph_store s USING w
+      WHERE w.del AND s.namespace = w.ns AND s.key = w.k)]]
+    ctes[#ctes + 1] = [[ins AS (INSERT INTO moongraph_store AS s
+        (namespace, key, value, created_at, updated_at, ttl_minutes, expires_at, embedding)
+      SELECT w.ns, w.k, w.v, now(), now(), w.ttl, now() + w.ttl * interval '1 minute', w.e
+      FROM w WHERE NOT w.del
+      ON CONFLICT (namespace, key) DO UPDATE SET
+        value = EXCLUDED.value, updated_at = EXCLUDED.updated_at,
+        created_at = CASE WHEN s.expires_at <= now() THEN EXCLUDED.created_at ELSE s.created_at END,
+        ttl_minutes = EXCLUDED.ttl_minutes, expires_at = EXCLUDED.expires_at,
+        embedding = EXCLUDED.embedding)]]
+    NOT_WRITTEN = " AND NOT EXISTS (SELECT 1 FROM w WHERE w.ns = s.namespace AND w.k = s.key)"
+  end
+  local gets, refreshed = {}, {}
+  for i, op in ipairs(ops) do
+    if op.kind == "get" then
+      gets[#gets + 1] = format('{"i":%d,"ns":%s,"k":%s,"r":%s}', i, jlabels(op.ns), jstr(op.key),
+        op.refresh and "true" or "false")
+    end
+  end
+  if #gets > 0 then
+    ctes[#ctes + 1] = format([[g AS (SELECT x.i, x.r, %s, NULL::float8 AS score, 0::bigint AS pos
+      FROM jsonb_to_recordset(%s::jsonb) AS x(i int, ns text[], k text, r boolean)
+      JOIN moongraph_store s ON s.namespace = x.ns AND s.key = x.k WHERE %s)]],
+      ITEM_COLS, st.p("[" .. concat(gets, ",") .. "]"), LIVE)
+    selects[#selects + 1] = "g"
+    refreshed[#refreshed + 1] = "g"
+  end
+  local lists = {}
+  for i, op in ipairs(ops) do
+    if op.kind == "search" then
+      ctes[#ctes + 1] = search_cte(st, i, op, self.index and self.index.dims)
+      selects[#selects + 1] = "s" .. i
+      refreshed[#refreshed + 1] = "s" .. i
+    elseif op.kind == "list" then
+      ctes[#ctes + 1] = list_cte(st, i, op)
+      lists[#lists + 1] = "l" .. i
+    end
+  end
+  if #refreshed > 0 then
+    local from = {}
+    for k, name in ipairs(refreshed) do
+      from[k] = format("SELECT namespace, key FROM %s WHERE r", name)
+    end
+    ctes[#ctes + 1] = format([[ref AS (UPDATE moongraph_store s
+      SET expires_at = now() + s.ttl_minutes * interval '1 minute'
+      FROM (%s) x WHERE s.namespace = x.namespace AND s.key = x.key
+        AND s.ttl_minutes IS NOT NULL AND s.expires_at > now()%s)]], concat(from, " UNION "), NOT_WRITTEN)
+  end
+  if sweep then
+    ctes[#ctes + 1] = format([[sw AS (DELETE FROM moongraph_store s
+      WHERE s.ctid = ANY(ARRAY(SELECT ctid FROM moongraph_store
+        WHERE expires_at <= now() LIMIT %s))
+      AND s.expires_at <= now()%s RETURNING 1)]], st.p(sweep), NOT_WRITTEN)
+  end
+  local parts = {}
+  for _, name in ipairs(selects) do
+    parts[#parts + 1] = format([[SELECT i, to_json(namespace) AS ns, key, value::text AS value,
+      extract(epoch FROM created_at)::float8 AS created_at,
+      extract(epoch FROM updated_at)::float8 AS updated_at, score, pos FROM %s]], name)
+  end
+  for _, name in ipairs(lists) do
+    parts[#parts + 1] = format([[SELECT i, to_json(ns) AS ns, NULL AS key, NULL AS value,
+      NULL::float8 AS created_at, NULL::float8 AS updated_at, NULL::float8 AS score, pos FROM %s]], name)
+  end
+  if sweep then
+    parts[#parts + 1] = [[SELECT 0 AS i, NULL::json AS ns, NULL AS key, NULL AS value,
+      NULL::float8 AS created_at, NULL::float8 AS updated_at, count(*)::float8 AS score,
+      0::bigint AS pos FROM sw]]
+  end
+  if #parts == 0 then parts[1] = "SELECT NULL::int AS i WHERE FALSE" end
+  local sql = (#ctes > 0 and ("WITH " .. concat(ctes, ",\n") .. "\n") or "") .. concat(parts, "\nUNION ALL ")
+  return sql, st.params
+end
+
+---------------------------------------------------------------- the batch
+
+local SWEEP_LIMIT = 10000
+
+function store:_batch(ops)
+  local ok, err = ready(self)
+  if not ok then return nil, err end
+  local writes = base.last_writes(ops)
+  local searches = {}
+  for _, op in ipairs(ops) do
+    if op.kind == "search" then searches[#searches + 1] = op end
+  end
+  local texts, attach = index_mod.plan(self.index, writes, searches)
+  if #texts > 0 then
+    local vecs
+    vecs, err = index_mod.embed(self.index, texts)
+    if not vecs then return nil, err end
+    attach(vecs)
+  end
+  local now = require("moongraph.tasks").now()
+  local sweep
+  if now >= self.next_sweep then
+    sweep = SWEEP_LIMIT
+    self.next_sweep = now + self.ttl_config.sweep_interval_minutes * 60
+  end
+  local sql, params = build(self, ops, writes, sweep)
+  local rows
+  rows, err = self.db:query(sql, params)
+  if not rows then
+    if sweep then self.next_sweep = now end
+    return nil, "store: " .. tostring(err)
+  end
+  local results = { n = #ops }
+  for i, op in ipairs(ops) do
+    if op.kind == "search" or op.kind == "list" then results[i] = {}
+    elseif op.kind ~= "get" then results[i] = true end
+  end
+  sort(rows, function(a, b)
+    if a.i ~= b.i then return a.i < b.i end
+    return a.pos < b.pos
+  end)
+  for _, r in ipairs(rows) do
+    local i = r.i
+    if i == 0 then
+      -- the sweep hit its limit: more are waiting, sweep again next time
+      if r.score >= SWEEP_LIMIT then self.next_sweep = now end
+    else
+      local op = ops[i]
+      if op.kind == "list" then
+        local list = results[i]
+        list[#list + 1] = r.ns
+      else
+        local value, derr = json.decode(r.value)
+        if value == nil then return nil, "store: stored value is corrupt: " .. tostring(derr) end
+        local it = { namespace = r.ns, key = r.key, value = value,
+          created_at = r.created_at, updated_at = r.updated_at,
+          score = r.score ~= SQLNULL and r.score or nil }
+        if op.kind == "get" then results[i] = it
+        else
+          local list = results[i]
+          list[#list + 1] = it
+        end
+      end
+    end
+  end
+  return results
+end
+
+--[[ s:sweep() -> number of expired items deleted | nil, err ]]
+function store:sweep()
+  local ok, err = ready(self)
+  if not ok then return nil, err end
+  local _, n = self.db:query("DELETE FROM moongraph_store WHERE expires_at <= now()")
+  if not _ then return nil, "store: " .. tostring(n) end
+  return n
+end
+
+function mt.__tostring(self)
+  return "moongraph.store.postgres (" .. tostring(self.db) .. ")"
+end
+
+--[[ postgres(url | db | pool [, {pool_size =, index =, ttl =}]) -> store ]]
+function _M.new(target, opts)
+  if opts ~= nil and type(opts) ~= "table" then
+    base.bad("postgres", 2, "options table expected, got " .. type(opts), 3)
+  end
+  opts = opts or {}
+  for k, v in pairs(opts) do
+    if k ~= "pool_size" and k ~= "index" and k ~= "ttl" then
+      base.bad("postgres", 2, "unknown option '" .. tostring(k) .. "'", 3)
+    end
+    if k == "pool_size" and (math.type(v) ~= "integer" or v < 1) then
+      base.bad("postgres", 2, "pool_size must be a positive integer", 3)
+    end
+  end
+  local db
+  if type(target) == "string" then
+    db = require("moongraph.pg").pool(target, { size = opts.pool_size or 4 })
+  elseif type(target) == "table" and type(target.query) == "function"
+      and type(target.transaction) == "function" then
+    if opts.pool_size then base.bad("postgres", 2, "pool_size needs a URL, not a pool", 3) end
+    db = target
+  else
+    base.bad("postgres", 1, "PostgreSQL URL, connection or pool expected, got " .. type(target), 3)
+  end
+  return base.new({ db = db, ready = false, next_sweep = 0 }, mt, opts, "postgres", 2, 3)
+end
+
+_M.store = store
+return _M
