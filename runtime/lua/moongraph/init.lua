@@ -27,6 +27,7 @@ local lazy = {
   entrypoint = { "moongraph.functional", "entrypoint" },
   reducers = { "moongraph.reducers" },
   checkpoint = { "moongraph.checkpoint" },
+  store = { "moongraph.store" },
   routed_agent = { "moongraph.routed_agent", "routed_agent" },
   process = { "moongraph.process" },
   prebuilt = { "moongraph.prebuilt" },

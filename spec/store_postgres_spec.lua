@@ -1,0 +1,284 @@
+-- The PostgreSQL Store against a real, throwaway PostgreSQL (LangGraph's
+-- PostgresStore: https://reference.langchain.com/python/langgraph.store.postgres/).
+-- age() moves every stored time back, as if that much time had passed.
+local mg = require "moongraph"
+local pg = require "moongraph.pg"
+local store = require "moongraph.store"
+local pstore = require "moongraph.store.postgres"
+local process = require "moongraph.process"
+local servers = require "servers"
+local child = require "graph_child"
+
+describe("postgres store", function()
+  local srv, url
+  local ndb = 0
+
+  setup(function()
+    srv = servers.postgres()
+    url = srv:create_database("store_contract")
+  end)
+  teardown(function() if srv then srv:destroy() end end)
+
+  local function fresh_db()
+    ndb = ndb + 1
+    return srv:create_database("store_pg_" .. ndb)
+  end
+
+  require("store_contract")("postgres", function(opts)
+    local admin = assert(pg.connect(url))
+    assert(pstore.migrate(admin))
+    assert(admin:exec("TRUNCATE moongraph_store"))
+    opts = opts or {}
+    opts.pool_size = 2
+    local s = store.postgres(url, opts)
+    return {
+      store = s,
+      age = function(sec)
+        assert(admin:query([[UPDATE moongraph_store SET
+          created_at = created_at - make_interval(secs => $1),
+          updated_at = updated_at - make_interval(secs => $1),
+          expires_at = expires_at - make_interval(secs => $1)]], { sec + 0.0 }))
+      end,
+      close = function()
+        s.db:close()
+        admin:close()
+      end,
+    }
+  end, _ENV)
+
+  it("is mg.store.postgres and takes a pool or a connection", function()
+    mg.run(function()
+      local db = assert(pg.connect(fresh_db()))
+      local s = mg.store.postgres(db)
+      assert(s:put({ "a" }, "k", { v = 1 }))
+      assert.equal(1, s:get({ "a" }, "k").value.v)
+      db:close()
+    end)
+  end)
+
+  it("runs a whole batch as one statement: one round trip", function()
+    mg.run(function()
+      local pool = pg.pool(fresh_db(), { size = 1 })
+      local calls = {}
+      local counted = {
+        query = function(_, sql, params)
+          calls[#calls + 1] = sql
+          return pool:query(sql, params)
+        end,
+        exec = function(_, sql) return pool:exec(sql) end,
+        transaction = function(_, fn) return pool:transaction(fn) end,
+      }
+      local s = store.postgres(counted, { index = { embed = function(texts)
+        local out = {}
+        for i = 1, #texts do out[i] = { 1, #texts[i] } end
+        return out
+      end, dims = 2, fields = { "t" } } })
+      assert(s:put({ "warm" }, "up", { t = "x" }))      -- migrations and the first sweep
+      calls = {}
+      local res = assert(s:batch {
+        { op = "put", namespace = { "a" }, key = "1", value = { t = "one" }, ttl = 5 },
+        { op = "put", namespace = { "a" }, key = "2", value = { t = "two" } },
+        { op = "delete", namespace = { "warm" }, key = "up" },
+        { op = "get", namespace = { "warm" }, key = "up" },
+        { op = "search", namespace_prefix = { "warm" }, query = "xx", filter = { t = "x" } },
+        { op = "search", namespace_prefix = {}, limit = 1 },
+        { op = "list_namespaces", max_depth = 1 },
+      })
+      assert.equal(1, #calls)
+      assert.equal("up", res[4].key)
+      assert.equal("up", res[5][1].key)
+      assert.is_number(res[5][1].score)
+      assert.same({ { "warm" } }, res[7])
+      assert.equal(2, #assert(s:search({ "a" })))
+      pool:close()
+    end)
+  end)
+
+  it("sweeps expired rows itself, in the statement of the first batch after each interval", function()
+    mg.run(function()
+      local u = fresh_db()
+      local admin = assert(pg.connect(u))
+      local s = store.postgres(u, { ttl = { sweep_interval_minutes = 1 } })
+      assert(s:put({ "a" }, "old", { v = 1 }, { ttl = 1 }))
+      assert(s:put({ "a" }, "keep", { v = 1 }))
+      assert(admin:query("UPDATE moongraph_store SET expires_at = now() - interval '1 second' WHERE key = 'old'"))
+      -- the next sweep is due in a minute: the expired row is invisible but still there
+      assert.is_nil(s:get({ "a" }, "old"))
+      assert.equal(2, admin:query("SELECT count(*) AS c FROM moongraph_store")[1].c)
+      s.next_sweep = 0                                   -- the interval has passed
+      assert(s:get({ "a" }, "keep"))
+      assert.equal(1, admin:query("SELECT count(*) AS c FROM moongraph_store")[1].c)
+      admin:close()
+    end)
+  end)
+
+  it("stores namespaces as text arrays and values as jsonb, verbatim", function()
+    mg.run(function()
+      local u = fresh_db()
+      local admin = assert(pg.connect(u))
+      local s = store.postgres(u)
+      assert(s:put({ "a.b", "it's" }, "k/1", { ["quote\""] = "값" }))
+      local r = admin:query([[SELECT namespace[1] AS l1, namespace[2] AS l2, cardinality(namespace) AS n,
+        key, value ->> 'quote"' AS v FROM moongraph_store]])[1]
+      assert.same({ l1 = "a.b", l2 = "it's", n = 2, key = "k/1", v = "값" }, r)
+      admin:close()
+    end)
+  end)
+
+  describe("migrations", function()
+    it("create the schema once, recorded in a table of their own beside the checkpoint saver's", function()
+      mg.run(function()
+        local db = assert(pg.connect(fresh_db()))
+        assert.equal(#pstore.migrations, pstore.migrate(db))
+        assert.equal(0, pstore.migrate(db))
+        assert(require("moongraph.checkpoint.postgres").migrate(db))
+        local rows = assert(db:query("SELECT version, name FROM moongraph_store_migrations ORDER BY version"))
+        assert.equal(#pstore.migrations, #rows)
+        for i, m in ipairs(pstore.migrations) do
+          assert.equal(m.version, rows[i].version)
+          assert.equal(m.name, rows[i].name)
+        end
+        db:close()
+      end)
+    end)
+
+    it("from 4 processes at once leave one schema", function()
+      local u = fresh_db()
+      local script = child.script([[
+        local mg = require "moongraph"
+        local pg = require "moongraph.pg"
+        local pstore = require "moongraph.store.postgres"
+        io.read("l")                             -- start together
+        mg.run(function()
+          local db = assert(pg.connect(arg[1]))
+          local n, err = pstore.migrate(db)
+          print(n and ("APPLIED " .. n) or ("ERROR " .. tostring(err)))
+        end)
+      ]])
+      mg.run(function()
+        local procs = {}
+        for i = 1, 4 do procs[i] = assert(process.spawn({ "lua5.4", script, u })) end
+        for i = 1, 4 do assert(procs[i]:write("go\n")) end
+        local applied = {}
+        for i = 1, 4 do
+          local out = procs[i].stdout:read_all(60)
+          procs[i]:wait()
+          applied[i] = tonumber(out:match("APPLIED (%d+)"))
+          assert.is_number(applied[i], out)
+        end
+        table.sort(applied)
+        assert.same({ 0, 0, 0, #pstore.migrations }, applied)
+      end)
+      os.remove(script)
+    end)
+  end)
+
+  describe("two processes writing one key", function()
+    -- each writer puts 150 versions of the key; its value names the writer and
+    -- the version, carries a payload of its own, and is indexed ("cat" or "dog")
+    local script
+    setup(function()
+      script = child.script([[
+        local mg = require "moongraph"
+        local store = require "moongraph.store"
+        local url, who, n = arg[1], arg[2], tonumber(arg[3])
+        local function embed(texts)
+          local out = {}
+          for i, t in ipairs(texts) do out[i] = t:find("cat") and { 1, 0 } or { 0, 1 } end
+          return out
+        end
+        mg.run(function()
+          local s = store.postgres(url, { index = { embed = embed, dims = 2, fields = { "text" } } })
+          assert(s:get({ "warm" }, "up"))  -- connect and migrate before the race
+          print("ready")
+          io.stdout:flush()
+          io.read("l")
+          local payload = {}
+          for j = 1, 200 do payload[j] = who end
+          for i = 1, n do
+            assert(s:put({ "race" }, "k", { who = who, seq = i, payload = payload,
+              text = who == "a" and "cat" or "dog" }))
+          end
+          print("done")
+        end)
+      ]])
+    end)
+    teardown(function() os.remove(script) end)
+
+    local function check_whole(s)
+      local item = assert(s:get({ "race" }, "k"))
+      local v = item.value
+      for j = 1, 200 do assert.equal(v.who, v.payload[j]) end
+      -- the vectors are the winner's own
+      local found = assert(s:search({ "race" }, { query = "cat" }))
+      assert.near(v.who == "a" and 1 or 0, found[1].score, 1e-9)
+      return v
+    end
+
+    local function embed(texts)
+      local out = {}
+      for i, t in ipairs(texts) do out[i] = t:find("cat") and { 1, 0 } or { 0, 1 } end
+      return out
+    end
+
+    it("at the same time: the last write of one of them wins, whole", function()
+      local u = fresh_db()
+      mg.run(function()
+        local s = store.postgres(u, { index = { embed = embed, dims = 2, fields = { "text" } } })
+        assert(s:put({ "warm" }, "up", {}))
+        local a = assert(process.spawn({ "lua5.4", script, u, "a", "150" }))
+        local b = assert(process.spawn({ "lua5.4", script, u, "b", "150" }))
+        assert.equal("ready", a.stdout:read_line(60))
+        assert.equal("ready", b.stdout:read_line(60))
+        assert(a:write("go\n"))
+        assert(b:write("go\n"))
+        assert.equal("done", a.stdout:read_line(60))
+        assert.equal("done", b.stdout:read_line(60))
+        assert.equal(0, a:wait())
+        assert.equal(0, b:wait())
+        local v = check_whole(s)
+        assert.equal(150, v.seq)
+        s.db:close()
+      end)
+    end)
+
+    it("one after the other: the later writer wins", function()
+      local u = fresh_db()
+      mg.run(function()
+        local s = store.postgres(u, { index = { embed = embed, dims = 2, fields = { "text" } } })
+        assert(s:put({ "warm" }, "up", {}))
+        for _, order in ipairs { { "a", "b" }, { "b", "a" } } do
+          for _, who in ipairs(order) do
+            local p = assert(process.spawn({ "lua5.4", script, u, who, "3" }))
+            assert.equal("ready", p.stdout:read_line(60))
+            assert(p:write("go\n"))
+            assert.equal("done", p.stdout:read_line(60))
+            assert.equal(0, p:wait())
+          end
+          assert.equal(order[2], check_whole(s).who)
+        end
+        s.db:close()
+      end)
+    end)
+  end)
+
+  it("a failure of the database comes back as nil, err", function()
+    mg.run(function()
+      local s = store.postgres("postgresql://nobody@127.0.0.1:1/none")
+      local ok, err = s:put({ "a" }, "k", { v = 1 })
+      assert.is_nil(ok)
+      assert.is_string(err)
+      local item
+      item, err = s:get({ "a" }, "k")
+      assert.is_nil(item)
+      assert.is_string(err)
+    end)
+  end)
+
+  it("rejects bad arguments", function()
+    assert.has_error(function() store.postgres(42) end,
+      "bad argument #1 to 'postgres' (PostgreSQL URL, connection or pool expected, got number)")
+    assert.has_error(function() store.postgres("postgresql://x/y", { pool = 1 }) end,
+      "bad argument #2 to 'postgres' (unknown option 'pool')")
+  end)
+end)
