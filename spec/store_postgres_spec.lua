@@ -112,6 +112,36 @@ describe("postgres store", function()
     end)
   end)
 
+  -- https://reference.langchain.com/python/langgraph.store/base/TTLConfig/refresh_on_read
+  it("refreshes TTLs written by another store object (another process) on get and search", function()
+    mg.run(function()
+      local u = fresh_db()
+      local admin = assert(pg.connect(u))
+      local writer = store.postgres(u)
+      assert(writer:put({ "t" }, "a", { v = 1 }, { ttl = 1 }))
+      assert(writer:put({ "t" }, "b", { v = 2 }, { ttl = 1 }))
+      local function left(key)
+        return admin:query("SELECT extract(epoch FROM expires_at - now())::float8 AS s FROM moongraph_store WHERE key = $1",
+          { key })[1].s
+      end
+      local reader = store.postgres(u)                   -- knows of no TTL yet
+      assert(admin:query("UPDATE moongraph_store SET expires_at = now() + interval '5 seconds'"))
+      assert(reader:get({ "t" }, "a"))
+      assert.is_true(left("a") > 50)
+      assert.is_true(left("b") < 10)
+      assert(admin:query("UPDATE moongraph_store SET expires_at = now() + interval '5 seconds'"))
+      assert.equal(2, #assert(reader:search({ "t" })))
+      assert.is_true(left("a") > 50)
+      assert.is_true(left("b") > 50)
+      local other = store.postgres(u)
+      assert(admin:query("UPDATE moongraph_store SET expires_at = now() + interval '5 seconds'"))
+      assert.equal(2, #assert(other:batch { { op = "search", namespace_prefix = { "t" } } })[1])
+      assert.is_true(left("a") > 50)
+      assert.is_true(left("b") > 50)
+      admin:close()
+    end)
+  end)
+
   it("stores namespaces as text arrays and values as jsonb, verbatim", function()
     mg.run(function()
       local u = fresh_db()

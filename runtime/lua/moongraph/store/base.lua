@@ -42,7 +42,13 @@ _M.OPERATORS = OPERATORS
 -- user called, `argn` the argument. Every checking function takes `lvl`,
 -- the level error() would need inside it to blame the user's line, and
 -- passes lvl + 1 to what it calls.
+-- While a batch's ops are checked, `op_context` names the op ("op 3 (get): ").
+local op_context = nil
+
 local function bad(fname, argn, msg, lvl)
+  local ctx = op_context
+  op_context = nil
+  if ctx then fname, argn, msg = "batch", 1, ctx .. msg end
   error(format("bad argument #%d to '%s' (%s)", argn, fname, msg), lvl)
 end
 
@@ -131,19 +137,63 @@ local function check_index(store, v, fname, argn, lvl)
   return paths
 end
 
+-- A JSON value's private copy, checked on the way: strings of UTF-8, finite
+-- numbers, booleans, json.null, lists and tables of string keys, no cycles.
+-- Returns the copy or nil, reason (with the path to what is wrong).
+local null, is_array, array = json.null, json.is_array, json.array
+local function copy_value(v, path, seen)
+  local tv = type(v)
+  if tv == "string" then
+    if not utf8_len(v) then return nil, path .. " is not UTF-8 text" end
+    return v
+  elseif tv == "number" then
+    if v ~= v or v == math.huge or v == -math.huge then return nil, path .. " is not a finite number" end
+    return v
+  elseif tv == "boolean" or v == null then
+    return v
+  elseif tv ~= "table" then
+    return nil, path .. " is a " .. tv .. ", which JSON cannot hold"
+  end
+  local mt = getmetatable(v)
+  if mt ~= nil and not is_array(v) then return nil, path .. " is a table with a metatable" end
+  if seen[v] then return nil, path .. " is a table that contains itself" end
+  seen[v] = true
+  local out, n, count = {}, #v, 0
+  local strings = false
+  for k, x in pairs(v) do
+    count = count + 1
+    local sub
+    if type(k) == "string" then
+      strings = true
+      if not utf8_len(k) then return nil, path .. " has a key that is not UTF-8 text" end
+      sub = path .. "." .. k
+    elseif math_type(k) == "integer" and k >= 1 and k <= n then
+      sub = path .. "[" .. k .. "]"
+    else
+      return nil, path .. " has a key of type " .. type(k) .. "; only string keys or a list 1..n can be saved"
+    end
+    local c, err = copy_value(x, sub, seen)
+    if c == nil then return nil, err end
+    out[k] = c
+  end
+  seen[v] = nil
+  if strings and n > 0 then
+    return nil, path .. " mixes list items and string keys"
+  end
+  if mt ~= nil or (n > 0 and not strings) then array(out) end
+  return out
+end
+_M.copy_value = copy_value
+
 local function check_value(v, fname, argn, lvl)
-  if type(v) ~= "table" or getmetatable(v) ~= nil and not json.is_array(v) then
-    bad(fname, argn, "value must be a table of fields, got " .. type(v), lvl + 1)
+  if type(v) ~= "table" or getmetatable(v) ~= nil then
+    bad(fname, argn, "value must be a table of fields, got " .. (type(v) == "table" and "a list" or type(v)), lvl + 1)
   end
-  local text, err = json.encode(v, { name = "value" })
-  if not text then bad(fname, argn, err, lvl + 1) end
-  if text:sub(1, 1) ~= "{" then
-    bad(fname, argn, "value must be a table of fields, not a list", lvl + 1)
-  end
-  if not utf8_len(text) then
-    bad(fname, argn, "value must hold UTF-8 text only", lvl + 1)
-  end
-  return text
+  if #v > 0 then bad(fname, argn, "value must be a table of fields, not a list", lvl + 1) end
+  local copy, err = copy_value(v, "value", {})
+  if copy == nil then bad(fname, argn, err, lvl + 1) end
+  if getmetatable(copy) ~= nil then bad(fname, argn, "value must be a table of fields, not a list", lvl + 1) end
+  return copy
 end
 
 local function is_operator_table(v)
@@ -218,8 +268,7 @@ local function put_op(store, ns, key, value, opts, fname, a, lvl)
   if value == nil then
     return { kind = "delete", ns = labels, nskey = nskey, key = key }
   end
-  local text = check_value(value, fname, a + 2, lvl + 1)
-  return { kind = "put", ns = labels, nskey = nskey, key = key, value = value, text = text,
+  return { kind = "put", ns = labels, nskey = nskey, key = key, value = check_value(value, fname, a + 2, lvl + 1),
     ttl = check_ttl(store, opts.ttl, fname, a + 3, lvl + 1),
     index = check_index(store, opts.index, fname, a + 3, lvl + 1) }
 end
@@ -273,25 +322,22 @@ local function batch_op(store, t, i, lvl)
   for k in pairs(t) do
     if not fields[k] then bad(fname, 1, format("op %d (%s): unknown field '%s'", i, kind, tostring(k)), lvl + 1) end
   end
-  -- re-raise the field checks with the op's position in the message
-  local ok, op = pcall(function()
-    if kind == "get" then
-      return get_op(store, t.namespace, t.key, { refresh_ttl = t.refresh_ttl }, fname, 1, 1)
-    elseif kind == "put" then
-      return put_op(store, t.namespace, t.key, t.value, { ttl = t.ttl, index = t.index }, fname, 1, 1)
-    elseif kind == "delete" then
-      return put_op(store, t.namespace, t.key, nil, nil, fname, 1, 1)
-    elseif kind == "search" then
-      return search_op(store, t.namespace_prefix, { filter = t.filter, query = t.query,
-        limit = t.limit, offset = t.offset, refresh_ttl = t.refresh_ttl }, fname, 1, 1)
-    end
-    return list_op(store, { prefix = t.prefix, suffix = t.suffix, max_depth = t.max_depth,
-      limit = t.limit, offset = t.offset }, fname, 1, 1)
-  end)
-  if not ok then
-    local msg = tostring(op):match("%((.*)%)$") or tostring(op)
-    bad(fname, 1, format("op %d (%s): %s", i, kind, msg), lvl + 1)
+  op_context = format("op %d (%s): ", i, kind)
+  local op
+  if kind == "get" then
+    op = get_op(store, t.namespace, t.key, { refresh_ttl = t.refresh_ttl }, fname, 1, lvl + 1)
+  elseif kind == "put" then
+    op = put_op(store, t.namespace, t.key, t.value, { ttl = t.ttl, index = t.index }, fname, 1, lvl + 1)
+  elseif kind == "delete" then
+    op = put_op(store, t.namespace, t.key, nil, nil, fname, 1, lvl + 1)
+  elseif kind == "search" then
+    op = search_op(store, t.namespace_prefix, { filter = t.filter, query = t.query,
+      limit = t.limit, offset = t.offset, refresh_ttl = t.refresh_ttl }, fname, 1, lvl + 1)
+  else
+    op = list_op(store, { prefix = t.prefix, suffix = t.suffix, max_depth = t.max_depth,
+      limit = t.limit, offset = t.offset }, fname, 1, lvl + 1)
   end
+  op_context = nil
   return op
 end
 

@@ -196,18 +196,28 @@ local function do_list(self, op, now)
   return out
 end
 
+local NONE = {}
+
 function store:_batch(ops)
-  local writes, written = base.last_writes(ops)
-  local searches = {}
+  local any_write, searches = false, nil
   for _, op in ipairs(ops) do
-    if op.kind == "search" then searches[#searches + 1] = op end
+    local kind = op.kind
+    if kind == "put" or kind == "delete" then any_write = true
+    elseif kind == "search" then
+      searches = searches or {}
+      searches[#searches + 1] = op
+    end
   end
+  local writes, written = NONE, NONE
+  if any_write then writes, written = base.last_writes(ops) end
   -- embed first: the only step that may yield
-  local texts, attach = index_mod.plan(self.index, writes, searches)
-  if #texts > 0 then
-    local vecs, err = index_mod.embed(self.index, texts)
-    if not vecs then return nil, err end
-    attach(vecs)
+  if self.index then
+    local texts, attach = index_mod.plan(self.index, writes, searches or NONE)
+    if #texts > 0 then
+      local vecs, err = index_mod.embed(self.index, texts)
+      if not vecs then return nil, err end
+      attach(vecs)
+    end
   end
   local now = self.clock()
   if self.ttl_used and now >= self.next_sweep then
@@ -251,7 +261,7 @@ function store:_batch(ops)
       local vectors = op.vectors
       if vectors and #vectors == 0 then vectors = nil end
       ns.items[op.key] = {
-        value = copy(op.value),
+        value = op.value,                 -- the private copy the checks made
         created_at = old and old.created_at or now,
         updated_at = now,
         ttl = op.ttl,

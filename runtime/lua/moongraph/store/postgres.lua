@@ -154,8 +154,17 @@ end
 
 local LIVE = "(s.expires_at IS NULL OR s.expires_at > now())"
 
+-- a text[] literal of labels: each quoted, \ and " escaped (a parameter's
+-- text, never spliced into SQL)
+local function pg_array(labels)
+  local parts = {}
+  for i, l in ipairs(labels) do parts[i] = '"' .. l:gsub('[\\"]', "\\%0") .. '"' end
+  return "{" .. concat(parts, ",") .. "}"
+end
+_M.pg_array = pg_array
+
 local function ns_array(st, labels)
-  return "ARRAY(SELECT jsonb_array_elements_text(" .. st.p(jlabels(labels)) .. "::jsonb))"
+  return st.p(pg_array(labels)) .. "::text[]"
 end
 
 -- WHERE conditions of a search's namespace prefix: a range of the key
@@ -191,29 +200,33 @@ local function filter_sql(st, filter)
   return " AND " .. concat(out, " AND ")
 end
 
-local ITEM_COLS = "s.namespace, s.key, s.value, s.created_at, s.updated_at"
+local ITEM_COLS = "s.namespace, s.key, s.value, s.created_at, s.updated_at, s.ttl_minutes"
 
 local function search_cte(st, i, op, dims)
   local score, from = "NULL::float8", "moongraph_store s"
-  local order = "c.updated_at DESC, c.namespace, c.key"
+  local order = "updated_at DESC, namespace, key"
   if op.qvec then
     local d = st.p(dims)
     score = format([[CASE WHEN cardinality(s.embedding) %% %s::int = 0 THEN
       (SELECT max(t.d) FROM (SELECT sum(u.e * q.v[((u.o - 1) %% %s::int) + 1]) AS d
         FROM unnest(s.embedding) WITH ORDINALITY AS u(e, o) GROUP BY (u.o - 1) / %s::int) t)
       END]], d, d, d)
-    order = "c.score DESC NULLS LAST, " .. order
+    order = "score DESC NULLS LAST, " .. order
     from = format("moongraph_store s CROSS JOIN (SELECT %s::float8[] AS v) q", st.p(farray(op.qvec)))
   end
+  -- rank the page only (a few rows) to give each its position
   return format([[s%d AS (
     SELECT c.*, row_number() OVER (ORDER BY %s) AS pos FROM (
       SELECT %d AS i, %s AS r, %s, %s AS score
       FROM %s
-      WHERE %s AND %s%s) c
-    ORDER BY pos LIMIT %s OFFSET %s)]],
-    i, order, i, op.refresh and "TRUE" or "FALSE", ITEM_COLS, score, from,
+      WHERE %s AND %s%s
+      ORDER BY %s LIMIT %s OFFSET %s) c)]],
+    i, (order:gsub("(%a[%w_]*)( ?)", function(w, sp)
+      if w == "DESC" or w == "NULLS" or w == "LAST" then return w .. sp end
+      return "c." .. w .. sp
+    end)), i, op.refresh and "TRUE" or "FALSE", ITEM_COLS, score, from,
     LIVE, prefix_range(st, op.prefix), filter_sql(st, op.filter),
-    st.p(op.limit), st.p(op.offset))
+    order, st.p(op.limit), st.p(op.offset))
 end
 
 local function list_cte(st, i, op)
@@ -255,7 +268,7 @@ local function writes_json(writes)
         emb = "[" .. concat(flat, ",") .. "]"
       end
       rows[i] = format('{"ns":%s,"k":%s,"del":false,"v":%s,"ttl":%s,"e":%s}', jlabels(op.ns),
-        jstr(op.key), op.text, op.ttl and format("%.17g", op.ttl) or "null", emb)
+        jstr(op.key), json.encode(op.value), op.ttl and format("%.17g", op.ttl) or "null", emb)
     end
   end
   return "[" .. concat(rows, ",") .. "]"
@@ -309,7 +322,7 @@ local function build(self, ops, writes, sweep)
       lists[#lists + 1] = "l" .. i
     end
   end
-  if #refreshed > 0 then
+  if #refreshed > 0 and self.ttl_seen then
     local from = {}
     for k, name in ipairs(refreshed) do
       from[k] = format("SELECT namespace, key FROM %s WHERE r", name)
@@ -329,20 +342,105 @@ local function build(self, ops, writes, sweep)
   for _, name in ipairs(selects) do
     parts[#parts + 1] = format([[SELECT i, to_json(namespace) AS ns, key, value::text AS value,
       extract(epoch FROM created_at)::float8 AS created_at,
-      extract(epoch FROM updated_at)::float8 AS updated_at, score, pos FROM %s]], name)
+      extract(epoch FROM updated_at)::float8 AS updated_at, score, pos, r, ttl_minutes FROM %s]], name)
   end
   for _, name in ipairs(lists) do
     parts[#parts + 1] = format([[SELECT i, to_json(ns) AS ns, NULL AS key, NULL AS value,
-      NULL::float8 AS created_at, NULL::float8 AS updated_at, NULL::float8 AS score, pos FROM %s]], name)
+      NULL::float8 AS created_at, NULL::float8 AS updated_at, NULL::float8 AS score, pos,
+      NULL::boolean AS r, NULL::float8 AS ttl_minutes FROM %s]], name)
   end
   if sweep then
     parts[#parts + 1] = [[SELECT 0 AS i, NULL::json AS ns, NULL AS key, NULL AS value,
       NULL::float8 AS created_at, NULL::float8 AS updated_at, count(*)::float8 AS score,
-      0::bigint AS pos FROM sw]]
+      0::bigint AS pos, NULL::boolean AS r, NULL::float8 AS ttl_minutes FROM sw]]
   end
   if #parts == 0 then parts[1] = "SELECT NULL::int AS i WHERE FALSE" end
   local sql = (#ctes > 0 and ("WITH " .. concat(ctes, ",\n") .. "\n") or "") .. concat(parts, "\nUNION ALL ")
   return sql, st.params
+end
+
+---------------------------------------------------------------- one-op statements
+
+-- A batch of one get, put or delete is a plain statement on the primary
+-- key: the same effect as the general form, less for the server to plan.
+local GET_SQL = [[
+SELECT s.value::text AS value, extract(epoch FROM s.created_at)::float8 AS created_at,
+  extract(epoch FROM s.updated_at)::float8 AS updated_at, s.ttl_minutes
+FROM moongraph_store s WHERE s.namespace = $1::text[] AND s.key = $2 AND ]] .. LIVE
+
+local GET_REFRESH_SQL = [[
+WITH ref AS (UPDATE moongraph_store s SET expires_at = now() + s.ttl_minutes * interval '1 minute'
+  WHERE s.namespace = $1::text[] AND s.key = $2 AND s.ttl_minutes IS NOT NULL AND s.expires_at > now())
+]] .. GET_SQL
+
+local PUT_SQL = [[
+INSERT INTO moongraph_store AS s
+  (namespace, key, value, created_at, updated_at, ttl_minutes, expires_at, embedding)
+VALUES ($1::text[], $2, $3::jsonb, now(), now(), $4::float8, now() + $4::float8 * interval '1 minute',
+  $5::float8[])
+ON CONFLICT (namespace, key) DO UPDATE SET
+  value = EXCLUDED.value, updated_at = EXCLUDED.updated_at,
+  created_at = CASE WHEN s.expires_at <= now() THEN EXCLUDED.created_at ELSE s.created_at END,
+  ttl_minutes = EXCLUDED.ttl_minutes, expires_at = EXCLUDED.expires_at, embedding = EXCLUDED.embedding]]
+
+-- the refresh of items read by a statement that did not refresh them
+local REFRESH_SQL = [[
+UPDATE moongraph_store s SET expires_at = now() + s.ttl_minutes * interval '1 minute'
+FROM jsonb_to_recordset($1::jsonb) AS x(ns text[], k text)
+WHERE s.namespace = x.ns AND s.key = x.k AND s.ttl_minutes IS NOT NULL AND s.expires_at > now()]]
+
+-- Items with a TTL were read while the store did not know there were any:
+-- from now on its statements refresh TTLs themselves; these it does now.
+local function refresh_after(self, items)
+  self.ttl_seen = true
+  local rows = {}
+  for i, it in ipairs(items) do
+    rows[i] = format('{"ns":%s,"k":%s}', jlabels(it.namespace), jstr(it.key))
+  end
+  local ok, err = self.db:query(REFRESH_SQL, { "[" .. concat(rows, ",") .. "]" })
+  if not ok then return nil, "store: " .. tostring(err) end
+  return true
+end
+
+local DELETE_SQL = "DELETE FROM moongraph_store WHERE namespace = $1::text[] AND key = $2"
+
+local function single(self, op)
+  local kind = op.kind
+  if kind == "get" then
+    local refreshing = op.refresh and self.ttl_seen
+    local rows, err = self.db:query(refreshing and GET_REFRESH_SQL or GET_SQL, { pg_array(op.ns), op.key })
+    if not rows then return nil, "store: " .. tostring(err) end
+    local r = rows[1]
+    if not r then return { n = 1 } end
+    local value, derr = json.decode(r.value)
+    if value == nil then return nil, "store: stored value is corrupt: " .. tostring(derr) end
+    local it = { namespace = op.ns, key = op.key, value = value,
+      created_at = r.created_at, updated_at = r.updated_at }
+    if op.refresh and not refreshing and r.ttl_minutes ~= SQLNULL then
+      local ok
+      ok, err = refresh_after(self, { it })
+      if not ok then return nil, err end
+    end
+    return { n = 1, it }
+  end
+  local ok, err
+  if kind == "put" then
+    local emb = SQLNULL
+    if op.vectors and #op.vectors > 0 then
+      local flat = {}
+      for _, v in ipairs(op.vectors) do
+        for _, x in ipairs(v) do flat[#flat + 1] = x end
+      end
+      emb = farray(flat)
+    end
+    if op.ttl then self.ttl_seen = true end
+    ok, err = self.db:query(PUT_SQL, { pg_array(op.ns), op.key, json.encode(op.value),
+      op.ttl and op.ttl + 0.0 or SQLNULL, emb, n = 5 })
+  else
+    ok, err = self.db:query(DELETE_SQL, { pg_array(op.ns), op.key })
+  end
+  if not ok then return nil, "store: " .. tostring(err) end
+  return { n = 1, true }
 end
 
 ---------------------------------------------------------------- the batch
@@ -370,6 +468,14 @@ function store:_batch(ops)
     sweep = SWEEP_LIMIT
     self.next_sweep = now + self.ttl_config.sweep_interval_minutes * 60
   end
+  local kind = #ops == 1 and ops[1].kind
+  if not sweep and (kind == "get" or kind == "put" or kind == "delete") then
+    return single(self, ops[1])
+  end
+  for _, op in ipairs(writes) do
+    if op.ttl then self.ttl_seen = true end
+  end
+  local refreshing = self.ttl_seen
   local sql, params = build(self, ops, writes, sweep)
   local rows
   rows, err = self.db:query(sql, params)
@@ -386,6 +492,7 @@ function store:_batch(ops)
     if a.i ~= b.i then return a.i < b.i end
     return a.pos < b.pos
   end)
+  local unrefreshed
   for _, r in ipairs(rows) do
     local i = r.i
     if i == 0 then
@@ -407,7 +514,24 @@ function store:_batch(ops)
           local list = results[i]
           list[#list + 1] = it
         end
+        if not refreshing and r.r and r.ttl_minutes ~= SQLNULL then
+          unrefreshed = unrefreshed or {}
+          unrefreshed[#unrefreshed + 1] = it
+        end
       end
+    end
+  end
+  if unrefreshed then
+    -- not those this batch wrote: their writes set their expiry
+    local _, written = base.last_writes(ops)
+    local list = {}
+    for _, it in ipairs(unrefreshed) do
+      if not written[base.write_id(concat(it.namespace, "\0"), it.key)] then list[#list + 1] = it end
+    end
+    if #list > 0 then
+      local ok
+      ok, err = refresh_after(self, list)
+      if not ok then return nil, err end
     end
   end
   return results
@@ -450,7 +574,10 @@ function _M.new(target, opts)
   else
     base.bad("postgres", 1, "PostgreSQL URL, connection or pool expected, got " .. type(target), 3)
   end
-  return base.new({ db = db, ready = false, next_sweep = 0 }, mt, opts, "postgres", 2, 3)
+  local s = base.new({ db = db, ready = false, next_sweep = 0 }, mt, opts, "postgres", 2, 3)
+  -- statements refresh TTLs only once the store knows some item has one
+  s.ttl_seen = s.ttl_config.default_ttl ~= nil
+  return s
 end
 
 _M.store = store
