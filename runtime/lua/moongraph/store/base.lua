@@ -42,13 +42,14 @@ _M.OPERATORS = OPERATORS
 -- user called, `argn` the argument. Every checking function takes `lvl`,
 -- the level error() would need inside it to blame the user's line, and
 -- passes lvl + 1 to what it calls.
--- While a batch's ops are checked, `op_context` names the op ("op 3 (get): ").
-local op_context = nil
+-- While a batch's ops are checked, `op_index` and `op_kind` name the op
+-- being checked, for the message ("op 3 (get): ...").
+local op_index, op_kind = nil, nil
 
 local function bad(fname, argn, msg, lvl)
-  local ctx = op_context
-  op_context = nil
-  if ctx then fname, argn, msg = "batch", 1, ctx .. msg end
+  local i = op_index
+  op_index = nil
+  if i then fname, argn, msg = "batch", 1, format("op %d (%s): %s", i, op_kind, msg) end
   error(format("bad argument #%d to '%s' (%s)", argn, fname, msg), lvl)
 end
 
@@ -63,11 +64,6 @@ local function check_ns(v, fname, argn, what, lvl, empty_ok)
     bad(fname, argn, what .. " must be a list of strings, got " .. type(v), lvl + 1)
   end
   local n = #v
-  for k in pairs(v) do
-    if math_type(k) ~= "integer" or k < 1 or k > n then
-      bad(fname, argn, what .. " must be a list of strings (it has the key " .. tostring(k) .. ")", lvl + 1)
-    end
-  end
   if n == 0 and not empty_ok then bad(fname, argn, what .. " must not be empty", lvl + 1) end
   local labels = {}
   for i = 1, n do
@@ -90,8 +86,10 @@ local function check_key(k, fname, argn, lvl)
   return k
 end
 
+local NO_OPTS = setmetatable({}, { __newindex = function() error("store: options are read-only", 2) end })
+
 local function check_opts(opts, fname, argn, allowed, lvl)
-  if opts == nil then return {} end
+  if opts == nil then return NO_OPTS end
   if type(opts) ~= "table" then bad(fname, argn, "options table expected, got " .. type(opts), lvl + 1) end
   for k in pairs(opts) do
     if not allowed[k] then bad(fname, argn, "unknown option '" .. tostring(k) .. "'", lvl + 1) end
@@ -322,7 +320,7 @@ local function batch_op(store, t, i, lvl)
   for k in pairs(t) do
     if not fields[k] then bad(fname, 1, format("op %d (%s): unknown field '%s'", i, kind, tostring(k)), lvl + 1) end
   end
-  op_context = format("op %d (%s): ", i, kind)
+  op_index, op_kind = i, kind
   local op
   if kind == "get" then
     op = get_op(store, t.namespace, t.key, { refresh_ttl = t.refresh_ttl }, fname, 1, lvl + 1)
@@ -337,7 +335,7 @@ local function batch_op(store, t, i, lvl)
     op = list_op(store, { prefix = t.prefix, suffix = t.suffix, max_depth = t.max_depth,
       limit = t.limit, offset = t.offset }, fname, 1, lvl + 1)
   end
-  op_context = nil
+  op_index = nil
   return op
 end
 

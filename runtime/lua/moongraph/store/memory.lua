@@ -37,11 +37,24 @@ local mt = { __index = store, __name = "moongraph.store.memory" }
 local wall0, mono0 = os.time(), mono()
 local function wall() return wall0 + (mono() - mono0) end
 
+local getmetatable, setmetatable = getmetatable, setmetatable
+
+-- stored values hold only JSON data (base.copy_value made them): a table's
+-- metatable, if any, is json.array's or json.null's own
 local function copy(v)
   if type(v) ~= "table" or v == null then return v end
   local out = {}
-  for k, x in pairs(v) do out[k] = copy(x) end
-  if is_array(v) then array(out) end
+  for k, x in pairs(v) do
+    if type(x) == "table" and x ~= null then out[k] = copy(x) else out[k] = x end
+  end
+  local m = getmetatable(v)
+  if m then setmetatable(out, m) end
+  return out
+end
+
+local function copy_list(t)
+  local out = {}
+  for i = 1, #t do out[i] = t[i] end
   return out
 end
 
@@ -62,7 +75,10 @@ local function equal(a, b)
 end
 
 local function compare(v, op, want)
-  if op == "$eq" then return v ~= nil and equal(v, want) end
+  if op == "$eq" then
+    if type(want) ~= "table" then return v == want end
+    return v ~= nil and equal(v, want)
+  end
   if op == "$ne" then return v == nil or not equal(v, want) end
   local tv = type(v)
   if tv ~= type(want) or (tv ~= "number" and tv ~= "string") then return false end
@@ -98,7 +114,7 @@ local function remove(self, nskey, key)
 end
 
 local function item(ns, key, rec, score)
-  return { namespace = copy(ns), key = key, value = copy(rec.value),
+  return { namespace = copy_list(ns), key = key, value = copy(rec.value),
     created_at = rec.created_at, updated_at = rec.updated_at, score = score }
 end
 
@@ -127,41 +143,61 @@ local function prefix_match(ns, prefix)
   return true
 end
 
+-- search order: best score first (unscored last), then newest, then by
+-- namespace and key
+local function before(a, b, scores)
+  if scores then
+    local sa, sb = scores[a], scores[b]
+    if sa ~= sb then
+      if sa == nil then return false end
+      if sb == nil then return true end
+      return sa > sb
+    end
+  end
+  if a.updated_at ~= b.updated_at then return a.updated_at > b.updated_at end
+  if a.nskey ~= b.nskey then return a.nskey < b.nskey end
+  return a.key < b.key
+end
+
 local function do_search(self, op, now, written)
-  local found = {}
   local index = self.index
   local qvec = index and op.qvec
-  for nskey, ns in pairs(self.data) do
+  local scores = qvec and {} or nil
+  local want = op.offset + op.limit
+  -- the best `want` matches, kept in order (a page is usually small next
+  -- to the matches: this beats sorting them all)
+  local best, n = {}, 0
+  local filter = op.filter
+  for _, ns in pairs(self.data) do
     if prefix_match(ns.ns, op.prefix) then
-      for key, rec in pairs(ns.items) do
-        if live(rec, now) and passes(rec.value, op.filter) then
-          local score
-          if qvec and rec.vectors then
+      for _, rec in pairs(ns.items) do
+        if live(rec, now) and passes(rec.value, filter) then
+          if scores and rec.vectors then
+            local score
             for _, v in ipairs(rec.vectors) do
               local d = index_mod.dot(v, qvec, index.dims)
               if not score or d > score then score = d end
             end
+            scores[rec] = score
           end
-          found[#found + 1] = { nskey = nskey, ns = ns.ns, key = key, rec = rec, score = score }
+          if want > 0 and (n < want or before(rec, best[n], scores)) then
+            local pos = n < want and n + 1 or n
+            while pos > 1 and before(rec, best[pos - 1], scores) do
+              best[pos] = best[pos - 1]
+              pos = pos - 1
+            end
+            best[pos] = rec
+            if n < want then n = n + 1 end
+          end
         end
       end
     end
   end
-  sort(found, function(a, b)
-    if a.score ~= b.score then
-      if a.score == nil then return false end
-      if b.score == nil then return true end
-      return a.score > b.score
-    end
-    if a.rec.updated_at ~= b.rec.updated_at then return a.rec.updated_at > b.rec.updated_at end
-    if a.nskey ~= b.nskey then return a.nskey < b.nskey end
-    return a.key < b.key
-  end)
   local out = {}
-  for i = op.offset + 1, math.min(#found, op.offset + op.limit) do
-    local f = found[i]
-    if op.refresh and not written[base.write_id(f.nskey, f.key)] then refresh(f.rec, now) end
-    out[#out + 1] = item(f.ns, f.key, f.rec, f.score)
+  for i = op.offset + 1, n do
+    local rec = best[i]
+    if op.refresh and rec.ttl and not written[base.write_id(rec.nskey, rec.key)] then refresh(rec, now) end
+    out[#out + 1] = item(rec.ns, rec.key, rec, scores and scores[rec])
   end
   return out
 end
@@ -235,7 +271,9 @@ function store:_batch(ops)
         rec = nil
       end
       if rec then
-        if op.refresh and not written[base.write_id(op.nskey, op.key)] then refresh(rec, now) end
+        if op.refresh and rec.ttl and not (any_write and written[base.write_id(op.nskey, op.key)]) then
+          refresh(rec, now)
+        end
         results[i] = item(ns.ns, op.key, rec)
       end
     elseif kind == "search" then
@@ -261,6 +299,7 @@ function store:_batch(ops)
       local vectors = op.vectors
       if vectors and #vectors == 0 then vectors = nil end
       ns.items[op.key] = {
+        ns = ns.ns, nskey = op.nskey, key = op.key,
         value = op.value,                 -- the private copy the checks made
         created_at = old and old.created_at or now,
         updated_at = now,
