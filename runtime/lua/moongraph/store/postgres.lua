@@ -202,7 +202,9 @@ end
 
 local ITEM_COLS = "s.namespace, s.key, s.value, s.created_at, s.updated_at, s.ttl_minutes"
 
-local function search_cte(st, i, op, dims)
+-- The SELECT of one search (ordered, one page), and its order on the
+-- page's columns (prefixed with `c.`)
+local function search_select(st, i, op, dims)
   local score, from = "NULL::float8", "moongraph_store s"
   local order = "updated_at DESC, namespace, key"
   if op.qvec then
@@ -214,19 +216,24 @@ local function search_cte(st, i, op, dims)
     order = "score DESC NULLS LAST, " .. order
     from = format("moongraph_store s CROSS JOIN (SELECT %s::float8[] AS v) q", st.p(farray(op.qvec)))
   end
-  -- rank the page only (a few rows) to give each its position
-  return format([[s%d AS (
-    SELECT c.*, row_number() OVER (ORDER BY %s) AS pos FROM (
-      SELECT %d AS i, %s AS r, %s, %s AS score
+  local sql = format([[SELECT %d AS i, %s AS r, %s, %s AS score
       FROM %s
       WHERE %s AND %s%s
-      ORDER BY %s LIMIT %s OFFSET %s) c)]],
-    i, (order:gsub("(%a[%w_]*)( ?)", function(w, sp)
-      if w == "DESC" or w == "NULLS" or w == "LAST" then return w .. sp end
-      return "c." .. w .. sp
-    end)), i, op.refresh and "TRUE" or "FALSE", ITEM_COLS, score, from,
+      ORDER BY %s LIMIT %s OFFSET %s]],
+    i, op.refresh and "TRUE" or "FALSE", ITEM_COLS, score, from,
     LIVE, prefix_range(st, op.prefix), filter_sql(st, op.filter),
     order, st.p(op.limit), st.p(op.offset))
+  local c_order = order:gsub("(%a[%w_]*)( ?)", function(w, sp)
+    if w == "DESC" or w == "NULLS" or w == "LAST" then return w .. sp end
+    return "c." .. w .. sp
+  end)
+  return sql, c_order
+end
+
+local function search_cte(st, i, op, dims)
+  local sql, c_order = search_select(st, i, op, dims)
+  -- rank the page only (a few rows) to give each its position
+  return format("s%d AS (SELECT c.*, row_number() OVER (ORDER BY %s) AS pos FROM (%s) c)", i, c_order, sql)
 end
 
 local function list_cte(st, i, op)
@@ -404,8 +411,49 @@ end
 
 local DELETE_SQL = "DELETE FROM moongraph_store WHERE namespace = $1::text[] AND key = $2"
 
+local OUT_COLS = [[to_json(c.namespace) AS ns, c.key, c.value::text AS value,
+  extract(epoch FROM c.created_at)::float8 AS created_at,
+  extract(epoch FROM c.updated_at)::float8 AS updated_at, c.score, c.ttl_minutes]]
+
+-- one search alone: its SELECT, and the refresh of its page when TTLs are about
+local function single_search(self, op)
+  local st = stmt()
+  local sql, c_order = search_select(st, 1, op, self.index and self.index.dims)
+  local refreshing = op.refresh and self.ttl_seen
+  if refreshing then
+    sql = format([[WITH c AS (%s),
+      ref AS (UPDATE moongraph_store s SET expires_at = now() + s.ttl_minutes * interval '1 minute'
+        FROM c WHERE s.namespace = c.namespace AND s.key = c.key
+          AND s.ttl_minutes IS NOT NULL AND s.expires_at > now())
+      SELECT %s FROM c ORDER BY %s]], sql, OUT_COLS, c_order)
+  else
+    sql = format("SELECT %s FROM (%s) c ORDER BY %s", OUT_COLS, sql, c_order)
+  end
+  local rows, err = self.db:query(sql, st.params)
+  if not rows then return nil, "store: " .. tostring(err) end
+  local list, unrefreshed = {}, nil
+  for k, r in ipairs(rows) do
+    local value, derr = json.decode(r.value)
+    if value == nil then return nil, "store: stored value is corrupt: " .. tostring(derr) end
+    local it = { namespace = r.ns, key = r.key, value = value, created_at = r.created_at,
+      updated_at = r.updated_at, score = r.score ~= SQLNULL and r.score or nil }
+    list[k] = it
+    if op.refresh and not refreshing and r.ttl_minutes ~= SQLNULL then
+      unrefreshed = unrefreshed or {}
+      unrefreshed[#unrefreshed + 1] = it
+    end
+  end
+  if unrefreshed then
+    local ok
+    ok, err = refresh_after(self, unrefreshed)
+    if not ok then return nil, err end
+  end
+  return { n = 1, list }
+end
+
 local function single(self, op)
   local kind = op.kind
+  if kind == "search" then return single_search(self, op) end
   if kind == "get" then
     local refreshing = op.refresh and self.ttl_seen
     local rows, err = self.db:query(refreshing and GET_REFRESH_SQL or GET_SQL, { pg_array(op.ns), op.key })
@@ -469,7 +517,7 @@ function store:_batch(ops)
     self.next_sweep = now + self.ttl_config.sweep_interval_minutes * 60
   end
   local kind = #ops == 1 and ops[1].kind
-  if not sweep and (kind == "get" or kind == "put" or kind == "delete") then
+  if not sweep and (kind == "get" or kind == "put" or kind == "delete" or kind == "search") then
     return single(self, ops[1])
   end
   for _, op in ipairs(writes) do
