@@ -21,6 +21,7 @@
 
 local cjson = require "cjson"
 local paths = require "moongraph.paths"
+local filecache = require "moongraph.filecache"
 
 local codes, uchar, ulen, codepoint = utf8.codes, utf8.char, utf8.len, utf8.codepoint
 local sub = string.sub
@@ -149,30 +150,44 @@ function _M.feature_name(key)
   return concat(out)
 end
 
--- Read labelled lines {message, intent, additional_intents?} from a JSONL
--- file. Returns the list of decoded objects, or nil, err naming the line.
-function _M.read_jsonl(path)
-  local f, err = io.open(path, "r")
-  if not f then return nil, err end
+-- Labelled lines {message, intent, additional_intents?} of JSONL text read
+-- from `path` (named in errors). -> list of decoded objects | nil, err
+local function parse_jsonl(text, path)
   local out, n = {}, 0
-  for line in f:lines() do
+  for line in (text .. "\n"):gmatch("(.-)\n") do
     n = n + 1
     if line:match("%S") then
       local ok, obj = pcall(cjson.decode, line)
       if not ok or type(obj) ~= "table" then
-        f:close()
         return nil, path .. ":" .. n .. ": not a JSON object"
       end
       if type(obj.message) ~= "string" or type(obj.intent) ~= "string" then
-        f:close()
         return nil, path .. ":" .. n .. ": needs string fields \"message\" and \"intent\""
       end
       obj.line = n
       out[#out + 1] = obj
     end
   end
-  f:close()
   return out
+end
+
+-- The whole file (its size first: one allocation) | nil, err
+local function read_file(path)
+  local f, err = io.open(path, "rb")
+  if not f then return nil, err end
+  local size, serr = f:seek("end")
+  local text = size and f:seek("set") and (size == 0 and "" or f:read(size))
+  f:close()
+  if not text then return nil, path .. ": " .. tostring(serr or "cannot read") end
+  return text
+end
+
+-- Read labelled lines {message, intent, additional_intents?} from a JSONL
+-- file. Returns the list of decoded objects, or nil, err naming the line.
+function _M.read_jsonl(path)
+  local text, err = read_file(path)
+  if not text then return nil, err end
+  return parse_jsonl(text, path)
 end
 
 -- Lines that teach the classifier: single-intent ones. A line with
@@ -201,6 +216,18 @@ local function softmax(s, t)
   end
   for j = 1, #s do p[j] = p[j] / z end
   return p
+end
+
+-- { log(count in label j + alpha) } of a feature's counts (the array has
+-- at least nine entries, as the scoring loop of the nine intents reads).
+local function log_counts(v, L, alpha)
+  local la = log(alpha)
+  local l = { la, la, la, la, la, la, la, la, la }
+  for j = 1, L do
+    local n = v[j]
+    if n > 0 then l[j] = log(n + alpha) else l[j] = la end
+  end
+  return l
 end
 
 -- Train a model from examples {{text=, label=}, ...}. opts: alpha,
@@ -256,16 +283,11 @@ function _M.train(examples, opts)
     end
   end
   local alpha = o.alpha
-  local la = log(alpha)
   -- lc[f] = { log(count in label j + alpha) }, computed on first use
   local lc = setmetatable({}, { __index = function(t, f)
     local v = cnt[f]
     if not v then return nil end
-    local l = { la, la, la, la, la, la, la, la, la }
-    for j = 1, L do
-      local n = v[j]
-      if n > 0 then l[j] = log(n + alpha) else l[j] = la end
-    end
+    local l = log_counts(v, L, alpha)
     t[f] = l
     return l
   end })
@@ -280,6 +302,7 @@ function _M.train(examples, opts)
   local self = setmetatable({
     labels = labels, index = index, opts = o, lc = lc, ldenom = ldenom,
     lprior = lprior, vocab = vocab, ndocs = ndocs, temperature = 1,
+    counts = cnt,
   }, mt)
 
   if o.calibrate ~= false and ndocs > 1 then
@@ -415,15 +438,188 @@ function _M.default_data_path()
   return paths.find("data/intents.jsonl") or "data/intents.jsonl"
 end
 
+------------------------------------------------------------------------
+-- The model as bytes (kept between processes by moongraph.filecache)
+------------------------------------------------------------------------
+
+local MAGIC = "moongraph intent model 2\n"
+local HASH_MUL = -7046029254386353131   -- 0x9E3779B97F4A7C15 (Fibonacci hashing)
+
+-- The slot of feature f in a table of 2^bits slots, 0-based.
+local function slot_of(f, bits)
+  return (f * HASH_MUL) >> (64 - bits)
+end
+
+-- encode(model) -> bytes: the trained model's labels, settings, priors,
+-- normalisers and temperature, and its feature counts: an open-addressing
+-- hash table (linear probing) of {feature, offset} slots pointing at each
+-- feature's non-zero counts, so a loaded model reads only the features it
+-- is asked about.
+function _M.encode(self)
+  local cnt = self.counts
+  if type(cnt) ~= "table" then
+    error("bad argument #1 to 'encode': a model made by train() expected", 2)
+  end
+  local L, o = #self.labels, self.opts
+  local keys, maxc = {}, 0
+  for f, v in pairs(cnt) do
+    keys[#keys + 1] = f
+    for j = 1, L do if v[j] > maxc then maxc = v[j] end end
+  end
+  sort(keys)
+  local bits = 4
+  while (1 << bits) < 2 * #keys do bits = bits + 1 end
+  local size = 1 << bits
+  local width = maxc < 65536 and 2 or 4
+  local cfmt = "I" .. width
+  -- the counts area: per feature, how many labels have a count, then
+  -- {label, count} for each
+  local records, at, offset = {}, 1, {}
+  for i, f in ipairs(keys) do
+    local v, pairs_ = cnt[f], { "" }
+    local k = 0
+    for j = 1, L do
+      if v[j] > 0 then
+        k = k + 1
+        pairs_[#pairs_ + 1] = string.pack("<B" .. cfmt, j, v[j])
+      end
+    end
+    pairs_[1] = string.pack("<B", k)
+    records[i] = concat(pairs_)
+    offset[f] = at
+    at = at + #records[i]
+  end
+  local slots = {}
+  for _, f in ipairs(keys) do
+    local i = slot_of(f, bits)
+    while slots[i] do i = (i + 1) & (size - 1) end
+    slots[i] = f
+  end
+  local empty = string.pack("<i8I4", 0, 0)
+  local table_ = {}
+  for i = 0, size - 1 do
+    local f = slots[i]
+    table_[i + 1] = f and string.pack("<i8I4", f, offset[f]) or empty
+  end
+  local head = { MAGIC, string.pack("<I2", L) }
+  for _, c in ipairs(self.labels) do head[#head + 1] = string.pack("<s1", c) end
+  head[#head + 1] = string.pack("<ddI2I2I4I4dB", o.alpha, self.temperature, o.char_min,
+    o.char_ngrams, self.vocab, self.ndocs, self.loo_accuracy or 0, self.loo_accuracy and 1 or 0)
+  for j = 1, L do head[#head + 1] = string.pack("<dd", self.ldenom[j], self.lprior[j]) end
+  head[#head + 1] = string.pack("<BBI4", width, bits, at - 1)
+  return concat(head) .. concat(table_) .. concat(records)
+end
+
+-- Unknown features remembered per loaded model before the memory of them
+-- starts over (a long-running process sees endless new n-grams).
+local MAX_UNKNOWN = 65536
+
+-- decode(bytes) -> model | nil, err: a model made by encode(); scores are
+-- bit for bit those of the model that was encoded.
+function _M.decode(bytes)
+  if type(bytes) ~= "string" or bytes:sub(1, #MAGIC) ~= MAGIC then
+    return nil, "not an encoded intent model"
+  end
+  local ok, self = pcall(function()
+    local unpack = string.unpack
+    local L, pos = unpack("<I2", bytes, #MAGIC + 1)
+    local labels, index = {}, {}
+    for j = 1, L do
+      labels[j], pos = unpack("<s1", bytes, pos)
+      index[labels[j]] = j
+    end
+    local alpha, temperature, char_min, char_ngrams, vocab, ndocs, loo, has_loo
+    alpha, temperature, char_min, char_ngrams, vocab, ndocs, loo, has_loo, pos =
+      unpack("<ddI2I2I4I4dB", bytes, pos)
+    local ldenom, lprior = {}, {}
+    for j = 1, L do ldenom[j], lprior[j], pos = unpack("<dd", bytes, pos) end
+    local width, bits, area
+    width, bits, area, pos = unpack("<BBI4", bytes, pos)
+    local size = 1 << bits
+    local base = pos                    -- slot i (0-based) at base + 12 * i
+    local counts = base + 12 * size - 1 -- a record's offset is relative to this
+    if #bytes ~= counts + area then error("truncated", 0) end
+    local pair = "<BI" .. width
+    local o = setmetatable({ alpha = alpha, char_min = char_min, char_ngrams = char_ngrams },
+      { __index = DEFAULTS })
+    local model = setmetatable({
+      labels = labels, index = index, opts = o, ldenom = ldenom, lprior = lprior,
+      vocab = vocab, ndocs = ndocs, temperature = temperature,
+      loo_accuracy = has_loo == 1 and loo or nil,
+    }, mt)
+    local unknown = 0
+    local lc_mt = {}
+    lc_mt.__index = function(t, f)
+      if math.type(f) ~= "integer" or f <= 0 then return nil end
+      local i = slot_of(f, bits)
+      for _ = 1, size do
+        local k, off = unpack("<i8I4", bytes, base + 12 * i)
+        if k == f then
+          local v = { 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+          for j = 10, L do v[j] = 0 end
+          local n, at = unpack("<B", bytes, counts + off)
+          for _ = 1, n do
+            local j, c
+            j, c, at = unpack(pair, bytes, at)
+            v[j] = c
+          end
+          local l = log_counts(v, L, alpha)
+          t[f] = l
+          return l
+        elseif k == 0 then
+          break
+        end
+        i = (i + 1) & (size - 1)
+      end
+      -- remembered as absent, within bounds
+      unknown = unknown + 1
+      if unknown > MAX_UNKNOWN then
+        unknown = 0
+        model.lc = setmetatable({}, lc_mt)
+      else
+        t[f] = false
+      end
+      return nil
+    end
+    model.lc = setmetatable({}, lc_mt)
+    return model
+  end)
+  if not ok then return nil, "damaged intent model: " .. tostring(self) end
+  return self
+end
+
 local default_model
 
 -- The model trained from data/intents.jsonl, built on first use and kept.
--- Returns nil, err when the data file cannot be read.
+-- Training takes tens of milliseconds, so the trained model is also kept
+-- in a file (moongraph.filecache) that later processes load instead; it is
+-- used only while data/intents.jsonl and this file's code are byte for byte
+-- the ones it was trained with. model.cache says how it was obtained ("hit",
+-- "built", ...). Returns nil, err when the data file cannot be read.
 function _M.default()
   if default_model then return default_model end
-  local lines, err = _M.read_jsonl(_M.default_data_path())
-  if not lines then return nil, "intent data: " .. err end
-  default_model = _M.train(training_examples(lines))
+  local path = _M.default_data_path()
+  local text, err = read_file(path)
+  if not text then return nil, "intent data: " .. err end
+  local function build()
+    local lines, lerr = parse_jsonl(text, path)
+    if not lines then return nil, lerr end
+    return _M.encode(_M.train(training_examples(lines)))
+  end
+  local bytes, how
+  local source = filecache.source_of(_M.train)
+  if source then
+    bytes, how = filecache.fetch { name = "intent_model", key = path,
+                                  inputs = { MAGIC, text, source }, build = build }
+  else
+    bytes, how = build()
+    how = bytes and "built, own source unreadable" or how
+  end
+  if not bytes then return nil, "intent data: " .. how end
+  local model, derr = _M.decode(bytes)
+  if not model then return nil, derr end
+  model.cache = how
+  default_model = model
   return default_model
 end
 
