@@ -6,6 +6,8 @@
 -- hands the question to web_search.
 local korean = require "nodes.lib.korean"
 local data = require "nodes.lib.data"
+local filecache = require "moongraph.filecache"
+local alias_index = require "nodes.lib.alias_index"
 
 local ipairs, concat, sort, min = ipairs, table.concat, table.sort, math.min
 
@@ -21,7 +23,7 @@ _M.defaults = {
   top_k = 3,
 }
 
-local index -- { doc, entries = { {item, aliases} }, by_text, by_gram }
+local index -- { doc, entries = { {item} }, aliases = alias_index, cache }
 
 local function gram_counts(text)
   local counts, n = {}, 0
@@ -32,43 +34,64 @@ local function gram_counts(text)
   return counts, n
 end
 
--- Builds (once) the normalised alias index of the rules file: aliases by
--- exact text and by character bigram, so a query only touches the aliases
--- it shares something with.
-function _M.index()
-  if index then return index end
-  local doc = data.require("waste_rules.json")
-  if type(doc.items) ~= "table" or #doc.items == 0 then
-    error("waste_rag: data/waste_rules.json has no items", 0)
-  end
-  local entries, by_text, by_gram, all = {}, {}, {}, {}
+-- The normalised aliases of the rules file, in order: { {entry, text}, ... }
+-- (each item's name and aliases, compacted, without repeats per item).
+local function normalised_aliases(doc)
+  local out = {}
   for ei, item in ipairs(doc.items) do
-    local seen, aliases = {}, {}
+    local seen = {}
     local names = { item.name }
     for _, a in ipairs(item.aliases or {}) do names[#names + 1] = a end
     for _, n in ipairs(names) do
       local t = korean.compact(n)
       if t ~= "" and not seen[t] then
         seen[t] = true
-        local grams, ngrams = gram_counts(t)
-        local al = {
-          entry = ei, text = t, len = korean.len(t), grams = grams, ngrams = ngrams,
-          stop = korean.stopwords[t] or false,
-          ascii = not t:find("[\128-\255]"),
-        }
-        aliases[#aliases + 1] = al
-        all[#all + 1] = al
-        by_text[t] = by_text[t] or {}
-        table.insert(by_text[t], al)
-        for g in pairs(grams) do
-          by_gram[g] = by_gram[g] or {}
-          table.insert(by_gram[g], al)
-        end
+        out[#out + 1] = { entry = ei, text = t }
       end
     end
-    entries[ei] = { item = item, aliases = aliases }
   end
-  index = { doc = doc, entries = entries, by_text = by_text, by_gram = by_gram, all = all }
+  return out
+end
+
+local INDEX_FORMAT = "waste_rag alias index 1"
+
+-- The alias index of the rules file, kept between processes by
+-- moongraph.filecache: valid only while the rules file and the code that
+-- builds the index (this file, nodes/lib/korean.lua, nodes/lib/alias_index.lua)
+-- are byte for byte those it came from. -> index, how it was had
+local function alias_index_of(doc, text, path)
+  local function build() return alias_index.encode(normalised_aliases(doc)) end
+  local inputs = { INDEX_FORMAT, text or "" }
+  for _, fn in ipairs { normalised_aliases, korean.compact, alias_index.encode } do
+    inputs[#inputs + 1] = filecache.source_of(fn)
+  end
+  local bytes, how
+  if text and inputs[5] then
+    bytes, how = filecache.fetch { name = "waste_rag_index", key = path, inputs = inputs, build = build }
+  else
+    bytes, how = build(), "built, sources unreadable"
+  end
+  local ix = alias_index.open(bytes)
+  if not ix then
+    ix, how = assert(alias_index.open(build())), "built, cached entry unreadable"
+  end
+  return ix, how
+end
+
+-- The index of the rules file (built once per process): the decoded rules,
+-- and their aliases by exact text and by character bigram, so a query only
+-- touches the aliases it shares something with. index().cache says how the
+-- alias index was had ("hit": from the file cache).
+function _M.index()
+  if index then return index end
+  local doc, text = data.require("waste_rules.json")
+  if type(doc.items) ~= "table" or #doc.items == 0 then
+    error("waste_rag: data/waste_rules.json has no items", 0)
+  end
+  local aliases, how = alias_index_of(doc, text, data.path("waste_rules.json"))
+  local entries = {}
+  for ei, item in ipairs(doc.items) do entries[ei] = { item = item } end
+  index = { doc = doc, entries = entries, aliases = aliases, cache = how }
   return index
 end
 
@@ -124,6 +147,9 @@ local function match(alias, cand, common)
   return 0, false
 end
 
+local NONE = {}
+local function by_id(a, b) return a.id < b.id end
+
 -- Ranks the rule items for a question. Returns the kept results (best
 -- first), each { item, score, matched = alias, coverage, pos }, every scored
 -- result, and the number of content tokens found in the question.
@@ -149,29 +175,50 @@ function _M.search(query, opts)
     end
   end
 
+  local ix = idx.aliases
   for _, c in ipairs(cands) do
-    local common = {}
-    for _, al in ipairs(idx.by_text[c.text] or {}) do common[al] = 0 end
+    -- the aliases sharing the candidate's text or a bigram, with the
+    -- bigrams they share; taken in alias order, so ties go to the alias
+    -- listed first
+    local common, found = {}, {}
+    for _, al in ipairs(ix:with_text(c.text) or NONE) do
+      if not common[al] then common[al] = 0; found[#found + 1] = al end
+    end
     for g, n in pairs(c.grams) do
-      for _, al in ipairs(idx.by_gram[g] or {}) do
-        common[al] = (common[al] or 0) + min(n, al.grams[g])
+      for _, hit in ipairs(ix:with_gram(g) or NONE) do
+        local al = hit[1]
+        local k = common[al]
+        if not k then found[#found + 1] = al; k = 0 end
+        common[al] = k + min(n, hit[2])
       end
     end
-    for al, k in pairs(common) do
-      local s, whole_cand = match(al, c, k)
+    if found[2] then sort(found, by_id) end
+    for _, al in ipairs(found) do
+      local s, whole_cand = match(al, c, common[al])
       if s >= 0.5 then
         -- a joined candidate only counts as covered when the alias explains all of it
         note(al, s, c.first, c.first, c.last, whole_cand or c.first == c.last)
       end
     end
   end
-  -- aliases spanning words the tokenizer dropped ("음식물 쓰레기")
-  for _, al in ipairs(idx.all) do
-    if al.len >= 2 and not al.stop and not al.ascii then
-      local p = whole:find(al.text, 1, true)
-      if p then
-        note(al, 0.75 + 0.25 * min(1, al.len / math.max(1, content_len)), 0.5 + p / #whole, 1, 0, false)
+  -- aliases spanning words the tokenizer dropped ("음식물 쓰레기"): an alias
+  -- of two or more characters inside the question shares its first bigram
+  -- with it, so only those aliases are tried, in alias order
+  local tried, spanning = {}, {}
+  for _, g in ipairs(korean.bigrams(whole)) do
+    for _, hit in ipairs(ix:with_gram(g) or NONE) do
+      local al = hit[1]
+      if not tried[al] then
+        tried[al] = true
+        if al.len >= 2 and not al.stop and not al.ascii then spanning[#spanning + 1] = al end
       end
+    end
+  end
+  if spanning[2] then sort(spanning, by_id) end
+  for _, al in ipairs(spanning) do
+    local p = whole:find(al.text, 1, true)
+    if p then
+      note(al, 0.75 + 0.25 * min(1, al.len / math.max(1, content_len)), 0.5 + p / #whole, 1, 0, false)
     end
   end
 

@@ -1,7 +1,7 @@
 -- Locating and loading the JSON assets under data/. The directory is
 -- MOONGRAPH_DATA_DIR when set, otherwise the data/ directory beside the
 -- modules (moongraph.paths), so nodes work from any working directory.
--- Decoded files are cached per path.
+-- Decoded files are cached per path, with the text they were decoded from.
 local cjson = require "cjson.safe"
 local paths = require "moongraph.paths"
 local io, os = io, os
@@ -18,14 +18,16 @@ function _M.path(rel)
   return paths.find("data/" .. rel)
 end
 
--- Reads and decodes data/<rel>. Returns the decoded table or nil, err.
+-- Reads and decodes data/<rel>. Returns the decoded table (and the text it
+-- was decoded from) or nil, err.
 function _M.load(rel)
   if type(rel) ~= "string" then
     error("bad argument #1 to 'load': string expected, got " .. type(rel), 2)
   end
   local path, perr = _M.path(rel)
   if not path then return nil, "cannot open data file: " .. perr end
-  if cache[path] then return cache[path] end
+  local hit = cache[path]
+  if hit then return hit.value, hit.text end
   local f, err = io.open(path, "rb")
   if not f then return nil, "cannot open data file: " .. err end
   local text = f:read("a")
@@ -34,15 +36,15 @@ function _M.load(rel)
   if type(value) ~= "table" then
     return nil, ("malformed JSON in %s: %s"):format(path, derr or "not an object")
   end
-  cache[path] = value
-  return value
+  cache[path] = { value = value, text = text }
+  return value, text
 end
 
 -- Like load, but raises (for nodes, whose errors the graph policy handles).
 function _M.require(rel)
-  local v, err = _M.load(rel)
-  if not v then error(err, 0) end
-  return v
+  local v, text = _M.load(rel)
+  if not v then error(text, 0) end
+  return v, text
 end
 
 function _M.clear_cache()

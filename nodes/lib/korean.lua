@@ -2,7 +2,7 @@
 -- particle and ending stripping, character bigrams and fuzzy similarity.
 -- Everything works on UTF-8 code points (a Hangul syllable is one character).
 local utf8 = utf8
-local ulen, find = utf8.len, string.find
+local ulen, codes, find, sub = utf8.len, utf8.codes, string.find, string.sub
 
 local _M = {}
 
@@ -181,12 +181,24 @@ function _M.content_tokens(s)
   return out
 end
 
--- Character bigrams (a one-character string yields itself).
+-- Character bigrams (a one-character string yields itself). Each bigram is
+-- cut from s between character boundaries (the bytes utf8.char would give
+-- back for its two characters).
 function _M.bigrams(s)
-  local cs = _M.chars(s)
-  local out = {}
-  if #cs == 1 then out[1] = cs[1] end
-  for i = 1, #cs - 1 do out[#out + 1] = cs[i] .. cs[i + 1] end
+  local out, n = {}, 0
+  local a, b  -- where the previous two characters start
+  for p in codes(s) do
+    if a then
+      n = n + 1
+      out[n] = sub(s, a, p - 1)
+    end
+    a, b = b, p
+  end
+  if a then
+    out[n + 1] = sub(s, a)
+  elseif b then
+    out[1] = sub(s, b)
+  end
   return out
 end
 
