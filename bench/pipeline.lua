@@ -120,6 +120,7 @@ measure("the pipeline", one)
 
 -- the engine floor: the same graph and routing, stand-in nodes
 local http = require "moongraph.http"
+local adapter = require "nodes.lib.adapter"
 local paths = { location = "/v2/local/search/keyword.json", collection_point = "/v1/collection-points",
                 weather = "/getVilageFcst" }
 local stand_in = {}
@@ -127,8 +128,10 @@ local canned_intent = require("nodes.intent").new { rules = require("scripts.eco
 stand_in.intent = { name = "intent", policy = "fail_close", run = function() return canned_intent end }
 for _, n in ipairs(chat.branch_nodes) do
   stand_in[n] = { name = n, policy = "fail_open", run = function()
-    local res = paths[n] and http.request { url = srv.url .. paths[n], timeout = 5 }
-    return { contexts = { [n] = { ok = res and res.status == 200 or false, text = n } } }
+    if not paths[n] then return { contexts = { [n] = { ok = false, text = n } } } end
+    -- the body decoded as a node must (status checked, JSON parsed)
+    local body = adapter.decode(n, http.request { url = srv.url .. paths[n], timeout = 5 })
+    return { contexts = { [n] = { ok = type(body) == "table", text = n } } }
   end }
 end
 for _, n in ipairs({ "answer", "feedback", "summarize" }) do

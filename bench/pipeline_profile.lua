@@ -19,6 +19,7 @@ local testserver = require "testserver"
 local fx = require "node_fixtures"
 local chat = require "scripts.eco.chat"
 local http = require "moongraph.http"
+local adapter = require "nodes.lib.adapter"
 
 local RUNS = tonumber(arg and arg[1]) or 50
 local MODE = arg and arg[2] or "pipeline"
@@ -53,8 +54,10 @@ if MODE == "floor" then
   nodes.intent = { name = "intent", policy = "fail_close", run = function() return canned_intent end }
   for _, n in ipairs(chat.branch_nodes) do
     nodes[n] = { name = n, policy = "fail_open", run = function()
-      local res = paths[n] and http.request { url = srv.url .. paths[n], timeout = 5 }
-      return { contexts = { [n] = { ok = res and res.status == 200 or false, text = n } } }
+      if not paths[n] then return { contexts = { [n] = { ok = false, text = n } } } end
+      -- the body decoded as a node must (status checked, JSON parsed)
+      local body = adapter.decode(n, http.request { url = srv.url .. paths[n], timeout = 5 })
+      return { contexts = { [n] = { ok = type(body) == "table", text = n } } }
     end }
   end
   for _, n in ipairs({ "answer", "feedback", "summarize" }) do
