@@ -258,28 +258,39 @@ function W:reclaimer()
   end
 end
 
+-- One renewal pass over this worker's running jobs. A job that is being
+-- (or has been) acknowledged here is not ours in the pending list any
+-- more, which is no loss: only a job still running that the pending list
+-- gives to another consumer is stopped here.
+function W:renew_once(warned)
+  local ids = {}
+  for id, js in pairs(self.jobs) do
+    if not js.acking then ids[#ids + 1] = id end
+  end
+  if #ids == 0 then return true end
+  local lost, err = self.queue:renew(ids)
+  if not lost then
+    quiet_warn(self, "renewing job leases failed", err, warned or {})
+    return nil, err
+  end
+  for _, id in ipairs(lost) do
+    local js = self.jobs[id]
+    -- (the reply may come back after the job's own XACK went out)
+    if js and not js.acking and js.task and not js.task:done() then
+      self.log:warn("job claimed by another worker; stopping it here", { entry_id = id, phase = js.phase })
+      self.metrics:inc("jobs_released")
+      js.task:cancel()
+    end
+  end
+  return true
+end
+
 function W:renewer()
   local warned = {}
   local every = max(0.05, self.cfg.claim_idle / 3)
   while true do
     mg.sleep(every)
-    local ids = {}
-    for id in pairs(self.jobs) do ids[#ids + 1] = id end
-    if #ids > 0 then
-      local lost, err = self.queue:renew(ids)
-      if not lost then
-        quiet_warn(self, "renewing job leases failed", err, warned)
-      else
-        for _, id in ipairs(lost) do
-          local js = self.jobs[id]
-          if js and js.task and not js.task:done() then
-            self.log:warn("job claimed by another worker; stopping it here", { entry_id = id, phase = js.phase })
-            self.metrics:inc("jobs_released")
-            js.task:cancel()
-          end
-        end
-      end
-    end
+    self:renew_once(warned)
   end
 end
 
@@ -422,12 +433,15 @@ function W:drain()
                                counters = self.metrics:snapshot().counters })
 end
 
--- run() -> exit status. Starts, serves until stop, drains.
+-- run() -> exit status. Starts (unless start() was called already),
+-- serves until stop, drains.
 function W:run()
-  local ok, err = self:start()
-  if not ok then
-    self.log:error("worker could not start", { error = tostring(err) })
-    return 1
+  if not self.queue then
+    local ok, err = self:start()
+    if not ok then
+      self.log:error("worker could not start", { error = tostring(err) })
+      return 1
+    end
   end
   -- if this task is cancelled, take every task of the worker with it
   local guard <close> = setmetatable({}, { __close = function()

@@ -84,7 +84,11 @@ local function finish_events(W, key, list)
   return events.finish(W.redis, key, list, { maxlen = W.cfg.events_maxlen, ttl = W.cfg.events_ttl })
 end
 
-local function ack(W, log, entry)
+-- Acknowledge the entry. js.acking is set first: from then on the entry
+-- leaves this consumer's pending list by our own hand, and the lease
+-- renewer must not take its absence for a claim by another worker.
+local function ack(W, log, entry, js)
+  js.acking = true
   persist(log, "XACK", function() return W.queue:ack(entry.id) end)
 end
 
@@ -105,6 +109,7 @@ local function dead(W, entry, reason, job_id, js)
       return true
     end)
   end
+  js.acking = true
   persist(log, "dead-letter", function()
     return W.queue:dead(entry.id, entry.fields, reason, { deliveries = entry.deliveries or 1 })
   end)
@@ -267,7 +272,7 @@ function _M.run(W, entry, js)
       if r == nil then return nil, err end
       return true
     end)
-    ack(W, log, entry)
+    ack(W, log, entry, js)
     W.metrics:inc("jobs_duplicate")
     pcall(W.saver.delete_thread, W.saver, checkpointer.thread(j.job_id))
     return "duplicate"
@@ -389,11 +394,11 @@ function _M.run(W, entry, js)
     if r == nil then return nil, err end
     return true
   end)
-  ack(W, log, entry)
-  pcall(W.saver.delete_thread, W.saver, thread)
+  ack(W, log, entry, js)
   local outcome = stored.status == "failed" and "failed" or "done"
   W.metrics:inc(outcome == "failed" and "jobs_failed" or "jobs_done")
   W.metrics:observe("job", outcome, duration)
+  pcall(W.saver.delete_thread, W.saver, thread)
   if outcome == "failed" then
     log:warn("job failed", { error = stored.error, duration_ms = extra.duration_ms })
   else

@@ -1,0 +1,113 @@
+-- Faults a new user runs into with `moongraph worker`, against real Redis
+-- and PostgreSQL: a job's lease renewal racing its acknowledgement, dead
+-- consumers left in the group, poison input, a Postgres blip.
+local mg = require "moongraph"
+local cjson = require "cjson"
+local wenv = require "worker_env"
+local client = require "moongraph.worker.client"
+local config = require "moongraph.worker.config"
+local worker = require "moongraph.worker"
+
+local PLAIN = "plain=spec/support/worker_scripts/plain.lua"
+local STEPS = "steps=spec/support/worker_scripts/steps.lua"
+
+local env
+
+local function no_env() return nil end
+
+local function lines_of(path)
+  local out = {}
+  for line in (wenv.read_file(path) or ""):gmatch("[^\n]+") do
+    out[#out + 1] = assert(cjson.decode(line))
+  end
+  return out
+end
+
+local function with_msg(lines, msg)
+  local out = {}
+  for _, l in ipairs(lines) do
+    if type(l.msg) == "string" and l.msg:find(msg, 1, true) then out[#out + 1] = l end
+  end
+  return out
+end
+
+local function events_of(c, job_id, limit)
+  local list = {}
+  local last, done = c:follow(job_id, { idle_timeout = limit or 20, block = 0.5,
+    on_event = function(ev) list[#list + 1] = ev end })
+  assert(last, "no done event for " .. job_id .. ": " .. tostring(done))
+  return list, done
+end
+
+local function consumers(r)
+  local rows = r:call("XINFO", "CONSUMERS", "moongraph:jobs", "moongraph")
+  assert(type(rows) == "table", "XINFO CONSUMERS: " .. tostring(rows))
+  local names = {}
+  for _, row in ipairs(rows) do
+    for i = 1, #row - 1, 2 do
+      if row[i] == "name" then names[#names + 1] = row[i + 1] end
+    end
+  end
+  table.sort(names)
+  return names
+end
+
+describe("worker faults", function()
+  setup(function() env = wenv.new() end)
+  teardown(function() if env then env:destroy() end end)
+  after_each(function()
+    env:stop_all()
+    mg.run(function()
+      local r, db = env:conns()
+      assert(r:call("FLUSHALL"))
+      assert(db:exec("DROP TABLE IF EXISTS job_results"))
+    end)
+  end)
+
+  it("a lease renewal that sees a job after its own XACK does not stop it, and the counters are exact", function()
+    local logfile = os.tmpname()
+    local log_out = assert(io.open(logfile, "w"))
+    local cfg = assert(config.parse({ "--script", PLAIN, "--redis", env.redis_url, "--pg", env.pg_url,
+      "--checkpoint", "memory", "--consumer", "inproc", "--concurrency", "1", "--grace", "5" }, no_env))
+    local w = worker.new(cfg, { log_out = log_out })
+    local counters
+    mg.run(function()
+      assert(w:start())
+      -- the interleaving of the race: a renewal pass runs between the
+      -- job's XACK and the rest of its clean-up
+      local q = w.queue
+      local ack = q.ack
+      local injected = 0
+      q.ack = function(self, id)
+        local ok, err = ack(self, id)
+        injected = injected + 1
+        mg.spawn(function() w:renew_once() end):join()
+        return ok, err
+      end
+      local t = mg.spawn(w.run, w)
+      local r = env:conns()
+      local c = assert(client.connect { redis = r })
+      for i = 1, 3 do
+        local id = assert(c:submit { thread_id = "race-" .. i, input = { text = "job " .. i } })
+        local _, done = events_of(c, id)
+        assert.equal("done", done.data.status)
+      end
+      wenv.eventually("the jobs acknowledged", 10, function()
+        return r:call("XPENDING", "moongraph:jobs", "moongraph")[1] == 0 and w.inflight == 0
+      end)
+      assert.equal(3, injected)
+      counters = w.metrics:snapshot().counters
+      w:stop()
+      local ok, code = t:join(20)
+      assert.is_true(ok)
+      assert.equal(0, code)
+    end)
+    log_out:close()
+    local lines = lines_of(logfile)
+    os.remove(logfile)
+    assert.same({}, with_msg(lines, "claimed by another worker"))
+    assert.equal(3, #with_msg(lines, "job done"))
+    assert.equal(3, counters.jobs_done)
+    assert.equal(0, counters.jobs_released)
+  end)
+end)
