@@ -60,7 +60,9 @@ describe("worker faults", function()
     mg.run(function()
       local r, db = env:conns()
       assert(r:call("FLUSHALL"))
-      assert(db:exec("DROP TABLE IF EXISTS job_results"))
+      if assert(db:query("SELECT to_regclass('job_results') IS NOT NULL AS e"))[1].e then
+        assert(db:exec("TRUNCATE job_results"))
+      end
     end)
   end)
 
@@ -109,5 +111,52 @@ describe("worker faults", function()
     assert.equal(3, #with_msg(lines, "job done"))
     assert.equal(3, counters.jobs_done)
     assert.equal(0, counters.jobs_released)
+  end)
+
+  it("a worker that stops cleanly leaves the consumer group", function()
+    local w = env:worker { "--script", PLAIN }
+    mg.run(function()
+      w:wait_started()
+      local r = env:conns()
+      local c = assert(client.connect { redis = r })
+      local id = assert(c:submit { thread_id = "leave-1", input = { text = "hi" } })
+      events_of(c, id)
+      assert.same({ "w" .. env.n }, consumers(r))    -- (a consumer exists once it got a job)
+      w:signal("TERM")
+      assert.equal(0, w:wait())
+      assert.same({}, consumers(r))
+    end)
+  end)
+
+  it("the consumers of killed workers are removed once nothing is pending on them", function()
+    -- one job each, held (running) by each worker when the victims die
+    local args = { "--script", STEPS, "--claim-idle", "1", "--claim-interval", "0.25", "--concurrency", "1" }
+    local live = env:worker(args)
+    local live_name = "w" .. env.n
+    local victims = {}
+    mg.run(function()
+      live:wait_started()
+      for i = 1, 4 do
+        victims[i] = env:worker(args)
+        victims[i]:wait_started()
+      end
+      local r, db = env:conns()
+      local c = assert(client.connect { redis = r })
+      local ids = {}
+      for i = 1, 5 do
+        ids[i] = assert(c:submit { thread_id = "reap-" .. i, input = { message = "sleep=1 job " .. i } })
+      end
+      wenv.eventually("five consumers, each with its job", 10, function() return #consumers(r) == 5 end)
+      for _, v in ipairs(victims) do v:kill() end
+      wenv.eventually("the jobs answered", 60, function()
+        return assert(db:query("SELECT count(*)::int AS n FROM job_results"))[1].n == 5
+      end)
+      wenv.eventually("only the live consumer left", 30, function()
+        return #consumers(r) == 1
+      end)
+      assert.same({ live_name }, consumers(r))
+      assert.equal(0, r:call("XPENDING", "moongraph:jobs", "moongraph")[1])
+    end)
+    assert.is_true(#live:logged("removed the consumers of dead workers") > 0)
   end)
 end)

@@ -234,11 +234,30 @@ function W:reader()
   end
 end
 
+-- Remove the consumers of dead workers from the group (nothing pending on
+-- them, idle for claim_idle, heartbeat expired), so they do not pile up.
+function W:reap()
+  local removed, err = self.queue:reap(max(self.cfg.claim_idle, 3 * self.cfg.heartbeat), self.cfg.keys.worker)
+  if not removed then return nil, err end
+  if #removed > 0 then
+    self.metrics:inc("consumers_reaped", #removed)
+    self.log:info("removed the consumers of dead workers from the group", { consumers = removed })
+  end
+  return removed
+end
+
 function W:reclaimer()
   local warned = {}
+  local reap_every = max(self.cfg.claim_idle, 5 * self.cfg.claim_interval)
+  local next_reap = mg.now() + reap_every * random()
   while not self.stopping do
     mg.sleep(self.cfg.claim_interval * (0.75 + 0.5 * random()))
     if self.stopping then break end
+    if mg.now() >= next_reap then
+      next_reap = mg.now() + reap_every
+      local ok, err = self:reap()
+      if not ok then quiet_warn(self, "removing dead consumers failed", err, warned) end
+    end
     local free = self:free_slots()
     if free > 0 then
       local entries, err = self.queue:claim(free, self.cfg.claim_idle)
@@ -427,6 +446,16 @@ function W:drain()
   end
   cancel(self.tasks.renewer)
   cancel(self.tasks.heartbeat)
+  -- leave the group unless jobs are still pending on this consumer (they
+  -- would be lost with it; a live worker removes it once they are claimed)
+  local still, lerr = self.queue:leave()
+  if still == nil then
+    log:warn("could not leave the consumer group; a live worker will remove this consumer",
+      { error = tostring(lerr) })
+  elseif still ~= 0 then
+    log:info("jobs still pending on this consumer: it stays in the group until they are claimed",
+      { pending = still })
+  end
   self.redis:call("DEL", cfg.keys.worker .. cfg.consumer)
   self:write_metrics()
   log:info("worker stopped", { drained_in_ms = math.floor((mg.now() - t0) * 1000), left_pending = #left,

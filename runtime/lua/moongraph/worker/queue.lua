@@ -9,6 +9,9 @@
 --   q:release(ids, idle)            -> let another worker claim them at once
 --   q:ack(id)                       -> XACK and XDEL
 --   q:dead(id, fields, reason, info) -> copy to the dead-letter stream, XACK, XDEL
+--   q:leave()                       -> remove this consumer from the group if nothing is pending on it
+--   q:reap(min_idle, heartbeat_prefix) -> remove other consumers with nothing pending, idle
+--                                      that long and without a heartbeat key: names removed
 --
 -- A job stays in the group's pending list from delivery until ack: a worker
 -- that dies leaves it there, and another one claims it (XAUTOCLAIM) once it
@@ -166,6 +169,64 @@ function Q:dead(id, fields, reason, info)
   local exec = res[#res]
   if type(exec) ~= "table" or exec[1] == false then return nil, tostring(exec and exec[2]) end
   return true
+end
+
+-- Removing a consumer drops its pending entries with it (they could never
+-- be claimed again), so both scripts check that nothing is pending on it
+-- in the same atomic step as the removal.
+local LEAVE = [[
+local cs = redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])
+for _, c in ipairs(cs) do
+  local name, pending
+  for i = 1, #c - 1, 2 do
+    if c[i] == 'name' then name = c[i + 1] elseif c[i] == 'pending' then pending = c[i + 1] end
+  end
+  if name == ARGV[2] then
+    if pending ~= 0 then return pending end
+    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
+    return 0
+  end
+end
+return 0
+]]
+
+-- leave() -> 0 (removed, or was not there) | n (entries still pending on
+-- it: kept, a later reap removes it once others claimed them) | nil, err
+function Q:leave()
+  return self.redis:call("EVAL", LEAVE, 1, self.stream, self.group, self.consumer)
+end
+
+local REAP = [[
+local removed = {}
+local cs = redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])
+for _, c in ipairs(cs) do
+  local name, pending, idle
+  for i = 1, #c - 1, 2 do
+    if c[i] == 'name' then name = c[i + 1]
+    elseif c[i] == 'pending' then pending = c[i + 1]
+    elseif c[i] == 'idle' then idle = c[i + 1] end
+  end
+  if name ~= ARGV[2] and pending == 0 and idle >= tonumber(ARGV[3])
+     and redis.call('EXISTS', ARGV[4] .. name) == 0 then
+    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], name)
+    removed[#removed + 1] = name
+  end
+end
+return removed
+]]
+
+-- reap(min_idle_seconds, heartbeat_prefix) -> names removed | nil, err.
+-- A consumer of a worker that died: nothing pending on it any more (its
+-- jobs were claimed), idle at least min_idle, and its heartbeat key
+-- (heartbeat_prefix .. name) expired.
+function Q:reap(min_idle, heartbeat_prefix)
+  local res, err = self.redis:call("EVAL", REAP, 1, self.stream, self.group, self.consumer,
+    floor(min_idle * 1000), heartbeat_prefix)
+  if not res then
+    if tostring(err):find("NOGROUP", 1, true) or tostring(err):find("no such key", 1, true) then return {} end
+    return nil, err
+  end
+  return type(res) == "table" and res or {}
 end
 
 return _M
