@@ -159,4 +159,64 @@ describe("worker faults", function()
     end)
     assert.is_true(#live:logged("removed the consumers of dead workers") > 0)
   end)
+
+  it("refuses poison input at the door: NUL or invalid UTF-8 is dead-lettered at once, with the true reason", function()
+    local w = env:worker { "--script", PLAIN, "--max-deliveries", "5" }
+    mg.run(function()
+      w:wait_started()
+      local r, db = env:conns()
+      local c = assert(client.connect { redis = r })
+      local poison = {
+        nul = { [[{"job_id":"p-nul","thread_id":"t","input":{"text":"a\u0000b"}}]],
+                "field input.text contains a NUL character (\\u0000) at byte 2; text must be UTF-8 without NUL" },
+        utf8 = { '{"job_id":"p-utf8","thread_id":"t","input":{"text":"caf\xe9"}}',
+                 "field input.text is not valid UTF-8 (at byte 4); text must be UTF-8 without NUL" },
+        key = { [[{"job_id":"p-key","thread_id":"t","input":{"list":[{"\ud800":1}]}}]],
+                "field input.list[1] has a key that is not valid UTF-8 (at byte 1); text must be UTF-8 without NUL" },
+      }
+      for _, p in pairs(poison) do assert(r:call("XADD", "moongraph:jobs", "*", "job", p[1])) end
+      -- a good job after them is answered
+      local good = assert(c:submit { thread_id = "t", input = { text = "fine" } })
+      local _, done = events_of(c, good)
+      assert.equal("done", done.data.status)
+      for name, p in pairs(poison) do
+        local job_id = "p-" .. name
+        local ev, pdone = events_of(c, job_id)
+        assert.equal("dead", pdone.data.status)
+        assert.equal("error", ev[1].type)
+        assert.equal("bad job: " .. p[2], ev[1].data.error)
+      end
+      local dead = r:call("XRANGE", "moongraph:jobs:dead", "-", "+")
+      assert.equal(3, #dead)
+      for _, e in ipairs(dead) do
+        local f = {}
+        for i = 1, #e[2] - 1, 2 do f[e[2][i]] = e[2][i + 1] end
+        assert.equal("1", f.deliveries)                 -- refused at its first delivery
+        assert.matches("^bad job: field input", f.reason)
+      end
+      assert.equal(1, assert(db:query("SELECT count(*)::int AS n FROM job_results"))[1].n)
+      -- the client refuses such a job before it is queued
+      local ok, err = pcall(c.submit, c, { thread_id = "t", input = { text = "x\0y" } })
+      assert.is_false(ok)
+      assert.matches("NUL character", err)
+      ok, err = pcall(c.submit, c, { thread_id = "t", input = { text = "\xff" } })
+      assert.is_false(ok)
+      assert.matches("not valid UTF%-8", err)
+    end)
+    w:signal("TERM")
+    mg.run(function() assert.equal(0, w:wait()) end)
+  end)
+
+  it("moongraph submit refuses a message that is not UTF-8 text, with exit 2 and the reason", function()
+    local p = env:spawn { "submit", "--redis", env.redis_url, "--thread", "t", "caf\xe9" }
+    local q = env:spawn { "submit", "--redis", env.redis_url, "--thread", "t", "--input", '{"text":"a\\u0000"}' }
+    mg.run(function()
+      assert.equal(2, p:wait(20))
+      assert.equal(2, q:wait(20))
+      local r = env:conns()
+      assert.equal(0, r:call("XLEN", "moongraph:jobs"))
+    end)
+    assert.matches("input.message is not valid UTF%-8", p:log())
+    assert.matches("input.text contains a NUL character", q:log())
+  end)
 end)

@@ -14,6 +14,12 @@
 --   input      required; a JSON object, the run's input (the script's input
 --              hook may build the run's input from it)
 --
+-- Every string of the input (keys included) must be text PostgreSQL can
+-- store: valid UTF-8 without NUL characters (\u0000). A job that breaks
+-- this is refused at the door (by `submit` and by the worker, which
+-- dead-letters it at its first delivery with that reason) rather than
+-- failing to checkpoint on every attempt.
+--
 -- Other fields are ignored. The worker checks only these generic things;
 -- what the input must hold is the script's business (its input hook refuses
 -- a job it cannot run).
@@ -33,8 +39,9 @@ local json = require "moongraph.json"
 local ids = require "moongraph.ids"
 
 local type, tostring, ipairs, pairs = type, tostring, ipairs, pairs
-local format = string.format
-local math_tointeger = math.tointeger
+local format, string_find = string.format, string.find
+local math_tointeger, utf8_len = math.tointeger, utf8.len
+local sort = table.sort
 
 local _M = {}
 
@@ -73,6 +80,52 @@ local function check_id(t, name, optional)
   local ok, err = ids.check(v, "field '" .. name .. "'")
   if not ok then return nil, err end
   return v
+end
+
+local function path_of(path, k)
+  if type(k) == "number" then return path .. "[" .. k .. "]" end
+  if string_find(k, "^[%a_][%w_]*$") then return path .. "." .. k end
+  return path .. "[" .. format("%q", k) .. "]"
+end
+
+local function bad_text(s)
+  local nul = string_find(s, "\0", 1, true)
+  if nul then return format("contains a NUL character (\\u0000) at byte %d", nul) end
+  local n, at = utf8_len(s)
+  if not n then return format("is not valid UTF-8 (at byte %d)", at) end
+  return nil
+end
+
+-- unstorable(v, path) -> nil | reason: the first string in v (a value
+-- decoded from JSON; keys included) that PostgreSQL cannot store as text
+-- or jsonb, named by its path, e.g. "input.message contains a NUL
+-- character (\u0000) at byte 4". Keys are visited in sorted order, so the
+-- reason is the same every time.
+function _M.unstorable(v, path, depth)
+  depth = depth or 0
+  if type(v) == "string" then
+    local why = bad_text(v)
+    return why and (path .. " " .. why) or nil
+  end
+  if type(v) ~= "table" or depth > 200 then return nil end
+  local keys = {}
+  for k in pairs(v) do keys[#keys + 1] = k end
+  if #keys > 1 then
+    sort(keys, function(a, b)
+      local ta, tb = type(a), type(b)
+      if ta ~= tb then return ta < tb end
+      return a < b
+    end)
+  end
+  for _, k in ipairs(keys) do
+    if type(k) == "string" then
+      local why = bad_text(k)
+      if why then return format("%s has a key that %s", path, why) end
+    end
+    local r = _M.unstorable(v[k], path_of(path, k), depth + 1)
+    if r then return r end
+  end
+  return nil
 end
 
 -- The value of `name` in a stream entry's flat field list.
@@ -128,6 +181,8 @@ function _M.normalize(t)
     end
   end
   if input == nil then return nil, "field 'input' is missing (a JSON object)", job_id end
+  local why = _M.unstorable(input, "input")
+  if why then return nil, "field " .. why .. "; text must be UTF-8 without NUL", job_id end
   j.input = input
   return j
 end

@@ -37,6 +37,7 @@ local events = require "moongraph.worker.events"
 local results = require "moongraph.worker.results"
 local checkpointer = require "moongraph.worker.checkpointer"
 local error_message = require("moongraph.text").error_message
+local to_utf8 = require("moongraph.text").to_utf8
 
 local type, tostring, pairs, ipairs, pcall, setmetatable, error =
   type, tostring, pairs, ipairs, pcall, setmetatable, error
@@ -49,6 +50,12 @@ local _M = {}
 _M.RECORD_ATTEMPTS = 3
 
 local function ms(sec) return floor(sec * 1e6 + 0.5) / 1000 end
+
+-- An error's message without the traceback, as text PostgreSQL stores
+-- (invalid UTF-8 as U+FFFD, NUL spelled out).
+local function first_line(e)
+  return (to_utf8(error_message(e)):gsub("%z", "\\u0000"))
+end
 
 -- Retry fn() -> ok | nil, err with backoff until it succeeds; the task may
 -- be cancelled meanwhile (drain, lost lease).
@@ -329,20 +336,28 @@ function _M.run(W, entry, js)
   if state then
     local xok, res = pcall(extract, script, state, j)
     if not xok then
-      row.status, row.error, row.state = "failed", "the result hook failed: " .. error_message(res), {}
+      row.status, row.error, row.state = "failed", "the result hook failed: " .. first_line(res), {}
     else
       row.status = state.__interrupt__ ~= nil and "interrupted" or "done"
       row.answer, row.state, extra.event = res.answer, res.state, res.event
-      local text, serr = json.encode(row.state, { name = "state" })
+      -- (text PostgreSQL refuses would fail the insert on every attempt)
+      local why = job.unstorable(row.answer, "answer") or job.unstorable(row.state, "state")
+        or job.unstorable(extra.event, "event")
+      local text, serr
+      if why then
+        serr = why .. "; text must be UTF-8 without NUL"
+      else
+        text, serr = json.encode(row.state, { name = "state" })
+      end
       if text then
         row.state_text = text
       else
         row.status, row.error, row.state = "failed", "the final state cannot be stored as JSON: " .. serr, {}
-        extra.event = nil
+        row.answer, extra.event = nil, nil
       end
     end
   else
-    row.status, row.error, row.state = "failed", error_message(rerr), {}
+    row.status, row.error, row.state = "failed", first_line(rerr), {}
     extra.node = tostring(rerr):match("^node '([^']+)'")
   end
   local stored
@@ -354,7 +369,7 @@ function _M.run(W, entry, js)
     local also = record and function(tx)
       local ok, r, err = pcall(record, tx, j, state, row, env)
       if ok and not (r == nil and err ~= nil) then return true end
-      hook_err = error_message(ok and err or r)
+      hook_err = first_line(ok and err or r)
       return nil, "the record hook failed: " .. hook_err
     end or nil
     local ok, inserted, s = pcall(results.commit, W.db, row, also)
