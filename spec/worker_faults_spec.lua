@@ -219,4 +219,51 @@ describe("worker faults", function()
     assert.matches("input.message is not valid UTF%-8", p:log())
     assert.matches("input.text contains a NUL character", q:log())
   end)
+
+  it("a Postgres restart under running jobs: they retry in place and finish at their first delivery", function()
+    -- claim_idle stays at its default (30 s): a job given up by its worker
+    -- would wait that long, past the limit below, and be delivered twice
+    local w = env:worker { "--script", STEPS, "--concurrency", "8" }
+    local N = 40
+    mg.run(function()
+      w:wait_started()
+      local r, db = env:conns()
+      local c = assert(client.connect { redis = r })
+      for i = 1, N do
+        assert(c:submit { thread_id = "blip-" .. i, job_id = ("blip-%02d"):format(i),
+                          input = { message = "sleep=0.5 tokens=3 job " .. i } })
+      end
+      wenv.eventually("the first results", 20, function()
+        return assert(db:query("SELECT count(*)::int AS n FROM job_results"))[1].n >= 4
+      end)
+      db:close()
+      -- down until the worker has run into it, then up again
+      local restarted <close> = setmetatable({}, { __close = function()
+        if not env.pg:running() then env.pg:start() end
+      end })
+      env.pg:stop("fast")
+      wenv.eventually("the worker to run into the outage", 20, function()
+        return w:log():find("cannot connect", 1, true)
+      end)
+      env.pg:start()
+      db = assert(require("moongraph.pg").connect(env.pg_url))
+      wenv.eventually("every result", 25, function()
+        local n = db:query("SELECT count(*)::int AS n FROM job_results")
+        return n and n[1].n == N
+      end)
+      local rows = assert(db:query("SELECT job_id, status, deliveries, error FROM job_results"))
+      assert.equal(N, #rows)
+      for _, row in ipairs(rows) do
+        assert.equal("done", row.status, row.job_id .. ": " .. tostring(row.error))
+        assert.equal(1, row.deliveries, row.job_id)
+      end
+      wenv.eventually("every job acknowledged", 10, function()
+        return r:call("XPENDING", "moongraph:jobs", "moongraph")[1] == 0
+      end)
+    end)
+    w:signal("TERM")
+    mg.run(function() assert.equal(0, w:wait()) end)
+    assert.same({}, w:logged("left pending for a later attempt"))
+    assert.is_true(#w:logged("retrying") > 0, "no job noticed the restart")
+  end)
 end)

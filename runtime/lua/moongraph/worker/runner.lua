@@ -193,13 +193,46 @@ local function after_hook(log, what, fn, ...)
   end)
 end
 
+-- Errors of an infrastructure that is away for a moment (a restart, a
+-- failover, a full pool): worth retrying in place.
+local TRANSIENT = {
+  "cannot connect", "connection lost", "connection closed", "connection refused",
+  "server closed the connection", "terminating connection", "the database system is",
+  "no connection free", "timeout after", "LOADING ", "TRYAGAIN", "MASTERDOWN", "READONLY ",
+}
 local function transient(err)
   local s = tostring(err)
-  return s:find("^checkpointer ") ~= nil
+  for i = 1, #TRANSIENT do
+    if s:find(TRANSIENT[i], 1, true) then return true end
+  end
+  return false
+end
+_M.transient = transient
+
+-- Attempts at a step whose error is not known to be transient (a
+-- checkpointer failing for another reason) before the job gives up.
+_M.OTHER_ATTEMPTS = 3
+
+-- Retry fn() -> v | nil, err in place while its error is transient (or,
+-- for `other` errors, up to OTHER_ATTEMPTS times), with backoff, until the
+-- job's deadline or the worker's drain: v | nil, err.
+local function retry(W, log, what, deadline, fn, other)
+  local delay, attempts = 0.05, 1
+  while true do
+    local v, err = fn()
+    if v ~= nil or err == nil then return v, err end
+    local again = transient(err) or (other and attempts < _M.OTHER_ATTEMPTS)
+    if not again or W.stopping or mg.now() + delay > deadline then return nil, err end
+    log:warn(what .. " failed; retrying", { error = first_line(err), retry_in = delay, attempt = attempts })
+    mg.sleep(delay)
+    delay = min(delay * 2, 2)
+    attempts = attempts + 1
+  end
 end
 
--- Run the graph, streaming its events; returns state | nil, err.
-local function run_graph(W, script, input, cfg, em, log, attempt)
+-- Run the graph for at most `limit` seconds, streaming its events;
+-- returns state | nil, err.
+local function run_graph(W, script, input, cfg, em, log, attempt, limit)
   local last_state = nil
   local metrics = W.metrics
   local log_nodes = log:enabled("info")
@@ -240,7 +273,7 @@ local function run_graph(W, script, input, cfg, em, log, attempt)
     end
     return last_state
   end
-  local ok, state, err = mg.timeout(W.cfg.job_timeout, function()
+  local ok, state, err = mg.timeout(limit, function()
     local sok, s = pcall(body)
     if not sok then return nil, s end
     return s
@@ -267,9 +300,18 @@ function _M.run(W, entry, js)
   local env = hook_env(W, log)
   local key = cfg.keys.events .. j.job_id
 
+  -- (infrastructure that is away for a moment is waited for in place, up
+  -- to the job's deadline, rather than leaving the job for claim_idle)
+  local deadline = t_start + cfg.job_timeout
+
   -- 2. already answered?
-  local existing, gerr = results.get(W.db, j.job_id)
-  if gerr then return release(W, log, "postgres: " .. tostring(gerr)) end
+  local existing, gerr = retry(W, log, "reading the job's result", deadline, function()
+    local row, err = results.get(W.db, j.job_id)
+    if row then return row end
+    if err then return nil, err end
+    return false
+  end)
+  if existing == nil then return release(W, log, "postgres: " .. tostring(gerr)) end
   if existing then
     js.phase = "finishing"
     log:info("job already has a result: finishing it", { deliveries = entry.deliveries })
@@ -289,24 +331,9 @@ function _M.run(W, entry, js)
       :format(entry.deliveries, cfg.max_deliveries), j.job_id, js)
   end
 
-  -- 3. start or resume the run
+  -- 3. start or resume the run; a run stopped by a transient failure (its
+  -- checkpointer away) resumes here from its last checkpoint
   local thread = checkpointer.thread(j.job_id)
-  local gok, saved, terr = pcall(W.saver.get, W.saver, { thread_id = thread })
-  if not gok or (saved == nil and terr) then
-    return release(W, log, "checkpointer: " .. tostring(gok and terr or saved))
-  end
-  local input = nil
-  if not saved then
-    local iok, built, ierr = pcall(build_input, script, j, env)
-    if not iok then
-      return dead(W, entry, "the script refused the job: " .. error_message(built), j.job_id, js)
-    end
-    if built == nil then return release(W, log, "input hook: " .. error_message(ierr)) end
-    input = built
-  end
-  log:info(saved and "job resumed from its checkpoint" or "job started", {
-    deliveries = entry.deliveries, script = script.name, thread_id = j.thread_id })
-
   local em = events.emitter(W.redis, key, { maxlen = cfg.events_maxlen, log = log, metrics = W.metrics })
   local guard <close> = setmetatable({}, { __close = function() em:abandon() end })
   local run_cfg = {
@@ -314,17 +341,55 @@ function _M.run(W, entry, js)
     durability = cfg.durability,
     job_id = j.job_id, conversation_id = j.thread_id, user_id = j.user_id,
   }
-  js.phase = "running"
+  local input, built = nil, false
   local state, rerr
-  if saved and not (saved.checkpoint.next and saved.checkpoint.next[1]) then
-    -- the run had ended before the last attempt stopped: its final state
-    state = saved.checkpoint.values or {}
-  else
-    state, rerr = run_graph(W, script, input, run_cfg, em, log, entry.deliveries or 1)
-  end
-  if not state and transient(rerr) then
-    mg.timeout(1, em.flush, em)
-    return release(W, log, error_message(rerr))
+  local delay, failures = 0.05, 0
+  while true do
+    local tup, terr = retry(W, log, "reading the job's checkpoint", deadline, function()
+      local gok, t, e = pcall(W.saver.get, W.saver, { thread_id = thread })
+      if not gok then return nil, t end
+      if t == nil and e then return nil, e end
+      return t or false
+    end, true)
+    if tup == nil then
+      mg.timeout(1, em.flush, em)
+      return release(W, log, "checkpointer: " .. first_line(terr))
+    end
+    if not tup and not built then
+      local iok, b, ierr = pcall(build_input, script, j, env)
+      if not iok then
+        return dead(W, entry, "the script refused the job: " .. first_line(b), j.job_id, js)
+      end
+      if b == nil then return release(W, log, "input hook: " .. first_line(ierr)) end
+      input, built = b, true
+    end
+    if failures == 0 then
+      log:info(tup and "job resumed from its checkpoint" or "job started", {
+        deliveries = entry.deliveries, script = script.name, thread_id = j.thread_id })
+    end
+    js.phase = "running"
+    if tup and not (tup.checkpoint.next and tup.checkpoint.next[1]) then
+      -- the run had ended before the last attempt stopped: its final state
+      state, rerr = tup.checkpoint.values or {}, nil
+    else
+      state, rerr = run_graph(W, script, tup and nil or input, run_cfg, em, log, entry.deliveries or 1,
+        math.max(0, deadline - mg.now()))
+    end
+    if state or not tostring(rerr):find("^checkpointer ") then break end
+    -- the checkpointer failed under the run
+    failures = failures + 1
+    local again = transient(rerr) or failures < _M.OTHER_ATTEMPTS
+    if not again or W.stopping or mg.now() + delay > deadline then
+      if transient(rerr) or W.stopping then
+        mg.timeout(1, em.flush, em)
+        return release(W, log, first_line(rerr))
+      end
+      break   -- stored as the job's failure, with the checkpointer's reason
+    end
+    log:warn("the run's checkpointer failed; resuming from the last checkpoint", {
+      error = first_line(rerr), retry_in = delay, attempt = failures })
+    mg.sleep(delay)
+    delay = min(delay * 2, 2)
   end
 
   -- 4. store the result (and what the record hook writes) once
