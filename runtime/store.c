@@ -8,6 +8,9 @@
 **   store.mkdir(path)        mkdir -p, each new directory fsync'd into its
 **                            parent -> true | nil, err, code
 **   store.remove(path)       rm -r (a missing path is fine) -> true | nil, err, code
+**   store.lock(path)         exclusive advisory lock (flock) on the file at
+**                            path, created if missing; never waits ->
+**                            lock | nil, err, code ("EWOULDBLOCK": held)
 **
 ** `code` is the errno name ("ENOENT", "EACCES", ...). Each call is one work
 ** item on libuv's thread pool: the whole sequence of system calls runs on a
@@ -21,6 +24,11 @@
 ** after_work frees it; if the task is cancelled after being woken but
 ** before its continuation ran, the cancel callback frees it; otherwise the
 ** continuation frees it after pushing the results.
+**
+** A lock is a userdata owning one file descriptor: lock:unlock(), closing
+** it (<close>) or collecting it closes the descriptor, which releases the
+** lock; so does the end of the process. Taking a lock runs on the calling
+** thread: open(2) of a local file and flock(2) with LOCK_NB do not block.
 */
 #include "mg.h"
 
@@ -31,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -329,7 +338,69 @@ static int l_list(lua_State *L) { return start(L, OP_LIST, "store.list"); }
 static int l_mkdir(lua_State *L) { return start(L, OP_MKDIR, "store.mkdir"); }
 static int l_remove(lua_State *L) { return start(L, OP_REMOVE, "store.remove"); }
 
+/* ------------------------------------------------------------ locks */
+
+#define LOCK_MT "moongraph.store.lock"
+
+typedef struct { int fd; } store_lock;
+
+static int lock_unlock(lua_State *L) {
+  store_lock *lk = (store_lock *)luaL_checkudata(L, 1, LOCK_MT);
+  if (lk->fd >= 0) {
+    close(lk->fd);
+    lk->fd = -1;
+  }
+  return 0;
+}
+
+static int lock_tostring(lua_State *L) {
+  store_lock *lk = (store_lock *)luaL_checkudata(L, 1, LOCK_MT);
+  lua_pushstring(L, lk->fd >= 0 ? "store lock (held)" : "store lock (released)");
+  return 1;
+}
+
+static int l_lock(lua_State *L) {
+  size_t plen;
+  const char *path = luaL_checklstring(L, 1, &plen);
+  luaL_argcheck(L, plen > 0, 1, "empty path");
+  store_lock *lk = (store_lock *)lua_newuserdatauv(L, sizeof *lk, 0);
+  lk->fd = -1;
+  luaL_setmetatable(L, LOCK_MT);
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    int e = errno;
+    lua_pushnil(L);
+    lua_pushfstring(L, "open %s: %s", path, strerror(e));
+    lua_pushstring(L, uv_err_name(-e));
+    return 3;
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+    int e = errno;
+    close(fd);
+    lua_pushnil(L);
+    if (e == EWOULDBLOCK) {
+      lua_pushfstring(L, "lock %s: held by another process or open file", path);
+      lua_pushstring(L, "EWOULDBLOCK");
+    } else {
+      lua_pushfstring(L, "lock %s: %s", path, strerror(e));
+      lua_pushstring(L, uv_err_name(-e));
+    }
+    return 3;
+  }
+  lk->fd = fd;
+  return 1;
+}
+
+static const luaL_Reg lock_methods[] = {
+  {"unlock", lock_unlock},
+  {"__gc", lock_unlock},
+  {"__close", lock_unlock},
+  {"__tostring", lock_tostring},
+  {NULL, NULL}
+};
+
 static const luaL_Reg store_funcs[] = {
+  {"lock", l_lock},
   {"write", l_write},
   {"read", l_read},
   {"list", l_list},
@@ -339,6 +410,12 @@ static const luaL_Reg store_funcs[] = {
 };
 
 int mg_open_store(lua_State *L) {
+  if (luaL_newmetatable(L, LOCK_MT)) {
+    luaL_setfuncs(L, lock_methods, 0);
+    lua_pushvalue(L, -1);
+    lua_setfield(L, -2, "__index");
+  }
+  lua_pop(L, 1);
   luaL_newlib(L, store_funcs);
   return 1;
 }
