@@ -48,7 +48,7 @@ describe("worker migrations", function()
     assert.equal(#migrations.list + #APP, #a + #b)          -- one of them did the work
     assert.same({}, again)
     assert.equal(migrations.list[#migrations.list].version, cur)
-    assert.same({ "app:1", "worker:1" }, rec)
+    assert.same({ "app:1", "worker:1", "worker:3" }, rec)
   end)
 
   it("keeps each script's versions in its own scope, and applies only what is new", function()
@@ -62,6 +62,7 @@ describe("worker migrations", function()
       return x, y, migrations.current(db, "app")
     end)
     assert.same({ { scope = "worker", version = 1, name = "job results" },
+                  { scope = "worker", version = 3, name = "thread fences" },
                   { scope = "app", version = 1, name = "notes" } }, first)
     assert.same({ { scope = "app", version = 2, name = "tags" } }, second)
     assert.equal(2, cur)
@@ -94,10 +95,12 @@ describe("worker migrations", function()
       local r = assert(db:query("SELECT count(*)::int AS n FROM messages WHERE thread_id = 'old-conv'"))
       return x, u, recorded(db), r[1].n
     end)
-    -- the Eco² tables were there: its migration 1 is recorded, the data kept
-    assert.same({ { scope = "eco", version = 1, name = "conversation memory and user profiles" } }, applied)
+    -- the Eco² tables were there: its migration 1 is recorded, the data
+    -- kept; the worker's thread fences are new
+    assert.same({ { scope = "worker", version = 3, name = "thread fences" },
+                  { scope = "eco", version = 1, name = "conversation memory and user profiles" } }, applied)
     assert.same({}, unknown)                 -- worker:2 is retired, not unknown
-    assert.same({ "eco:1", "worker:1", "worker:2" }, rec)
+    assert.same({ "eco:1", "worker:1", "worker:2", "worker:3" }, rec)
     assert.equal(2, rows)
     -- the record table is keyed by scope and version now
     local pk = psrv:psql([[

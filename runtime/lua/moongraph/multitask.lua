@@ -61,6 +61,11 @@ _M.STRATEGIES = { "enqueue", "reject", "interrupt", "rollback" }
 local KNOWN = { enqueue = true, reject = true, interrupt = true, rollback = true }
 _M.DEFAULT = "enqueue"
 
+-- known(v) -> true when v names a strategy
+function _M.known(v)
+  return KNOWN[v] == true
+end
+
 -- check(strategy [, argn, fname]) -> strategy (nil gives the default) |
 -- raises a bad-argument error naming the strategies.
 function _M.check(strategy, argn, fname)

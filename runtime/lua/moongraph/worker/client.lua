@@ -36,7 +36,8 @@ function _M.connect(url, opts)
   return setmetatable({ redis = conn, keys = config.keys(opts.prefix or "moongraph") }, C)
 end
 
--- submit{input, thread_id?, user_id?, job_id?, script?} -> job_id, entry_id, job
+-- submit{input, thread_id?, user_id?, job_id?, script?, multitask_strategy?}
+-- -> job_id, entry_id, job
 -- | nil, err. A missing job_id or thread_id is made up; user_id is sent
 -- only when given. The fields of the earlier job format (message,
 -- user_location at the top level) are accepted and go into the input, as
@@ -49,6 +50,7 @@ function C:submit(j)
     job_id = j.job_id or job.new_id("j"),
     thread_id = j.thread_id or job.new_id("t"),
     user_id = j.user_id, script = j.script, input = j.input,
+    multitask_strategy = j.multitask_strategy,
   }
   for _, name in ipairs(job.LEGACY_INPUT) do full[name] = j[name] end
   local norm, reason = job.normalize(full)

@@ -38,6 +38,7 @@ local scriptsm = require "moongraph.worker.scripts"
 local migrations = require "moongraph.worker.migrations"
 local checkpointer = require "moongraph.worker.checkpointer"
 local runner = require "moongraph.worker.runner"
+local multitask = require "moongraph.multitask"
 
 local type, tostring, pairs, ipairs, pcall, setmetatable, error =
   type, tostring, pairs, ipairs, pcall, setmetatable, error
@@ -148,6 +149,9 @@ function W:start()
   if not ok then return nil, err end
   log_migrations(log, nil, unknown)
   self.queue = queuem.new { redis = r, keys = cfg.keys, group = cfg.group, consumer = cfg.consumer }
+  -- one job of a thread at a time; a thread's lease lives as long as a
+  -- job's claim (renewed with it)
+  self.threads = multitask.redis(r, { prefix = cfg.prefix, ttl = cfg.claim_idle })
   ok, err = with_retry(log, "creating the consumer group", limit, function()
     return self.queue:ensure_group()
   end)
@@ -299,6 +303,39 @@ function W:renew_once(warned)
       self.log:warn("job claimed by another worker; stopping it here", { entry_id = id, phase = js.phase })
       self.metrics:inc("jobs_released")
       js.task:cancel()
+    end
+  end
+  return self:renew_threads(warned)
+end
+
+-- Renew the thread leases of the running jobs; a job whose thread a
+-- later job interrupts or rolls back is told to stop its run, and one that
+-- lost its thread (this worker stalled past the lease) is stopped here:
+-- its commit would be refused anyway.
+function W:renew_threads(warned)
+  for id, js in pairs(self.jobs) do
+    local lease = js.lease
+    if lease and not js.acking then
+      local ok, why, info = lease:check()
+      if js.lease ~= lease or js.acking then
+        -- (the job moved on meanwhile)
+      elseif not ok and why == "preempted" then
+        if not js.preempted then
+          js.preempted = info
+          self.log:info("job asked to stop by a later job of its thread", {
+            entry_id = id, by = info.by, strategy = info.strategy, phase = js.phase })
+          if js.stop_run then js.stop_run() end
+        end
+      elseif not ok and why == "lost" then
+        if js.task and not js.task:done() then
+          self.log:warn("job lost its thread's lease to a later job; stopping it here",
+            { entry_id = id, phase = js.phase })
+          self.metrics:inc("jobs_released")
+          js.task:cancel()
+        end
+      elseif not ok then
+        quiet_warn(self, "renewing thread leases failed", why, warned or {})
+      end
     end
   end
   return true

@@ -13,6 +13,10 @@
 --              (default: its first)
 --   input      required; a JSON object, the run's input (the script's input
 --              hook may build the run's input from it)
+--   multitask_strategy
+--              optional; what to do when another job of the same thread
+--              runs: enqueue (default: wait for it), reject, interrupt or
+--              rollback (moongraph.multitask)
 --
 -- Every string of the input (keys included) must be text PostgreSQL can
 -- store: valid UTF-8 without NUL characters (\u0000). A job that breaks
@@ -37,6 +41,7 @@
 
 local json = require "moongraph.json"
 local ids = require "moongraph.ids"
+local multitask = require "moongraph.multitask"
 
 local type, tostring, ipairs, pairs = type, tostring, ipairs, pairs
 local format, string_find = string.format, string.find
@@ -155,6 +160,13 @@ function _M.normalize(t)
     end
     j.script = script
   end
+  local mts = t.multitask_strategy
+  if not absent(mts) then
+    if not multitask.known(mts) then
+      return nil, "field 'multitask_strategy' must be enqueue, reject, interrupt or rollback", job_id
+    end
+    j.multitask_strategy = mts
+  end
   local input = t.input
   if absent(input) then
     input = nil
@@ -207,7 +219,7 @@ end
 function _M.encode(j)
   return json.encode({
     job_id = j.job_id, thread_id = j.thread_id, user_id = j.user_id,
-    script = j.script, input = j.input,
+    script = j.script, input = j.input, multitask_strategy = j.multitask_strategy,
   }, { name = "job" })
 end
 

@@ -23,7 +23,7 @@ M.__index = M
 
 _M.COUNTERS = {
   "jobs_done", "jobs_failed", "jobs_dead", "jobs_reclaimed", "jobs_duplicate",
-  "jobs_released", "events_written", "reloads", "consumers_reaped",
+  "jobs_released", "jobs_rejected", "jobs_preempted", "events_written", "reloads", "consumers_reaped",
 }
 
 _M.BUCKETS = { 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60 }
@@ -37,6 +37,8 @@ local HELP = {
   jobs_released = "Jobs left pending for another attempt (drain, infrastructure error, lost lease).",
   events_written = "Events written to job event streams.",
   reloads = "Successful script reloads (SIGHUP).",
+  jobs_rejected = "Jobs refused because their thread was busy (multitask_strategy reject).",
+  jobs_preempted = "Jobs stopped by a later job of their thread (multitask_strategy interrupt or rollback).",
   consumers_reaped = "Consumers of dead workers removed from the consumer group.",
 }
 

@@ -64,6 +64,17 @@ CREATE TABLE job_results (
 CREATE INDEX job_results_thread ON job_results (thread_id, created_at);
 ]],
   },
+  {
+    version = 3,
+    name = "thread fences",
+    sql = [[
+CREATE TABLE thread_fences (
+  thread_id  text PRIMARY KEY,
+  token      numeric NOT NULL,
+  updated_at timestamptz NOT NULL DEFAULT now()
+);
+]],
+  },
 }
 
 -- The record table, and its upgrade from the time it had no scope column

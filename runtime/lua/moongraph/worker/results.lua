@@ -10,6 +10,15 @@
 -- transaction (what the script's record hook writes), so a job delivered
 -- twice stores one answer and records it once. It returns false and the
 -- stored row when the job already had a result.
+--
+-- Fences: a job runs holding its thread's lease (moongraph.multitask), whose
+-- token grows with each holder. The table thread_fences keeps, per thread,
+-- the largest token that claimed it; a worker that stalled past its lease
+-- holds a smaller token than the run after it, and its commit is refused
+-- ("stale"), so it cannot write over a later turn of the conversation.
+--
+--   local ok, err = results.claim(db, thread_id, token)   -- false: a later holder claimed it
+--   results.commit(db, row, also, { thread_id =, token = })
 
 local pg = require "moongraph.pg"
 local json = require "moongraph.json"
@@ -48,11 +57,27 @@ local function arg(v)
   return v
 end
 
--- commit(db, row, also) -> inserted, stored_row | nil, err
+local FENCE = [[
+INSERT INTO thread_fences (thread_id, token) VALUES ($1, $2::numeric)
+ON CONFLICT (thread_id) DO UPDATE SET token = EXCLUDED.token, updated_at = now()
+  WHERE thread_fences.token <= EXCLUDED.token
+RETURNING thread_id]]
+
+_M.STALE = "stale lease: a later run of the thread holds it"
+
+-- claim(db, thread_id, token) -> true | false (a later holder already
+-- claimed the thread) | nil, err
+function _M.claim(db, thread_id, token)
+  local rows, err = db:query(FENCE, { thread_id, tostring(token) })
+  if not rows then return nil, err end
+  return rows[1] ~= nil
+end
+
+-- commit(db, row, also [, fence]) -> inserted, stored_row | nil, err
 -- row: job_id, thread_id, user_id, status ("done" | "failed" |
 -- "interrupted"), answer, error, state (a table; or state_text, its JSON),
 -- worker, deliveries.
-function _M.commit(db, row, also)
+function _M.commit(db, row, also, fence)
   local state_text = row.state_text
   if not state_text then
     local err
@@ -60,6 +85,11 @@ function _M.commit(db, row, also)
     if not state_text then return nil, "job_results: " .. err end
   end
   return db:transaction(function(tx)
+    if fence then
+      local f, ferr = tx:query(FENCE, { fence.thread_id, tostring(fence.token) })
+      if not f then error("thread_fences: " .. tostring(ferr), 0) end
+      if not f[1] then error(_M.STALE, 0) end
+    end
     local rows, err = tx:query([[
 INSERT INTO job_results (job_id, thread_id, user_id, status, answer, error, state, worker, deliveries)
 VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9)

@@ -38,6 +38,7 @@ local results = require "moongraph.worker.results"
 local checkpointer = require "moongraph.worker.checkpointer"
 local error_message = require("moongraph.text").error_message
 local to_utf8 = require("moongraph.text").to_utf8
+local loop = require("moongraph.core").loop
 
 local type, tostring, pairs, ipairs, pcall, setmetatable, error =
   type, tostring, pairs, ipairs, pcall, setmetatable, error
@@ -101,7 +102,17 @@ end
 
 -- A job that cannot run: dead-letter it (with the reason), tell its
 -- listeners when it has a usable job_id, acknowledge.
+-- Give the job's thread to the next job (no retry: the lease expires
+-- anyway after its ttl).
+local function release_thread(js)
+  local l = js.lease
+  if not l then return end
+  js.lease = nil
+  pcall(l.release, l)
+end
+
 local function dead(W, entry, reason, job_id, js)
+  release_thread(js)
   local log = W.log:with { entry_id = entry.id, job_id = job_id }
   js.phase = "finishing"
   log:warn("job refused: dead-lettered", { reason = reason, deliveries = entry.deliveries })
@@ -232,7 +243,7 @@ end
 
 -- Run the graph for at most `limit` seconds, streaming its events;
 -- returns state | nil, err.
-local function run_graph(W, script, input, cfg, em, log, attempt, limit)
+local function run_graph(W, js, script, input, cfg, em, log, attempt, limit)
   local last_state = nil
   local metrics = W.metrics
   local log_nodes = log:enabled("info")
@@ -273,11 +284,20 @@ local function run_graph(W, script, input, cfg, em, log, attempt, limit)
     end
     return last_state
   end
-  local ok, state, err = mg.timeout(limit, function()
+  -- the run is a child task: the lease renewer stops it (js.stop_run) when
+  -- a later job of the thread interrupts or rolls it back
+  local child = loop.limit(mg.spawn(function()
     local sok, s = pcall(body)
     if not sok then return nil, s end
     return s
-  end)
+  end), mg.now() + limit)
+  local guard <close> = setmetatable({}, { __close = function()
+    js.stop_run = nil
+    if not child:done() then child:cancel() end
+  end })
+  js.stop_run = function() if not child:done() then child:cancel() end end
+  local ok, state, err = child:join(limit)
+  if js.preempted then return nil, "preempted" end
   if not ok then
     if state == "timeout" then return nil, "the job timed out after " .. W.cfg.job_timeout .. " s" end
     return nil, state
@@ -285,6 +305,49 @@ local function run_graph(W, script, input, cfg, em, log, attempt, limit)
   if state == nil then return nil, err end
   return state
 end
+
+-- Take the lease of the job's thread (its conversation), by the job's
+-- multitask_strategy: lease | nil, "busy" | "timeout" | "preempted", info
+-- | nil, err (Redis, after retrying in place up to the deadline).
+local function take_thread(W, j, js, log, deadline)
+  local delay = 0.05
+  local announced = false
+  while true do
+    js.phase = "waiting"
+    local l, e, info = W.threads:acquire(j.thread_id, {
+      run_id = j.job_id, strategy = j.multitask_strategy or "enqueue",
+      timeout = math.max(0, deadline - mg.now()),
+      on_wait = function(holder)
+        if not announced then
+          announced = true
+          log:info("the thread is busy: the job waits for its turn", { thread_id = j.thread_id, holder = holder })
+        end
+      end,
+    })
+    if l then return l end
+    if e == "busy" or e == "timeout" or e == "preempted" then return nil, e, info end
+    if not transient(e) or W.stopping or mg.now() + delay > deadline then return nil, e end
+    log:warn("taking the thread's lease failed; retrying", { error = first_line(e), retry_in = delay })
+    mg.sleep(delay)
+    delay = min(delay * 2, 2)
+  end
+end
+
+-- What is stored for a job another job of its thread interrupted or
+-- rolled back.
+local function preempted_outcome(info)
+  if info.strategy == "rollback" then
+    return { status = "rolled_back", no_record = true,
+             error = ("rolled back: job %s of the same thread asked for multitask_strategy rollback")
+               :format(tostring(info.by)) }
+  end
+  return { status = "interrupted",
+           error = ("interrupted by job %s of the same thread (multitask_strategy interrupt)"):format(tostring(info.by)) }
+end
+
+-- The outcome (and counter jobs_<outcome>) of a stored status.
+local OUTCOMES = { failed = "failed", rejected = "rejected", interrupted = "done",
+                   rolled_back = "preempted" }
 
 function _M.run(W, entry, js)
   local t_start = mg.now()
@@ -331,6 +394,35 @@ function _M.run(W, entry, js)
       :format(entry.deliveries, cfg.max_deliveries), j.job_id, js)
   end
 
+  -- the thread: one job of a conversation at a time (moongraph.multitask);
+  -- a job that cannot run is stored with the reason (`forced`)
+  local forced = nil
+  local lease, lerr, linfo = take_thread(W, j, js, log, deadline)
+  if lease then
+    js.lease = lease
+    -- fence: from now on a stalled earlier holder cannot commit
+    local claimed, cerr = retry(W, log, "claiming the thread", deadline, function()
+      return results.claim(W.db, j.thread_id, lease.token)
+    end)
+    if claimed == nil then return release(W, log, "postgres: " .. first_line(cerr)) end
+    if claimed == false then
+      js.lease = nil
+      return release(W, log, "a later job of the thread holds it")
+    end
+  elseif lerr == "busy" then
+    forced = { status = "rejected", no_record = true,
+               error = ("the thread '%s' is busy with job %s (multitask_strategy reject)")
+                 :format(j.thread_id, tostring(linfo and linfo.holder)) }
+  elseif lerr == "timeout" then
+    forced = { status = "failed", no_record = true,
+               error = ("the thread '%s' stayed busy (job %s) until the job's deadline")
+                 :format(j.thread_id, tostring(linfo and linfo.holder)) }
+  elseif lerr == "preempted" then
+    forced = preempted_outcome(linfo)
+  else
+    return release(W, log, "thread lease: " .. first_line(lerr))
+  end
+
   -- 3. start or resume the run; a run stopped by a transient failure (its
   -- checkpointer away) resumes here from its last checkpoint
   local thread = checkpointer.thread(j.job_id)
@@ -344,7 +436,8 @@ function _M.run(W, entry, js)
   local input, built = nil, false
   local state, rerr
   local delay, failures = 0.05, 0
-  while true do
+  while not forced do
+    if js.preempted then break end
     local tup, terr = retry(W, log, "reading the job's checkpoint", deadline, function()
       local gok, t, e = pcall(W.saver.get, W.saver, { thread_id = thread })
       if not gok then return nil, t end
@@ -372,7 +465,7 @@ function _M.run(W, entry, js)
       -- the run had ended before the last attempt stopped: its final state
       state, rerr = tup.checkpoint.values or {}, nil
     else
-      state, rerr = run_graph(W, script, tup and nil or input, run_cfg, em, log, entry.deliveries or 1,
+      state, rerr = run_graph(W, js, script, tup and nil or input, run_cfg, em, log, entry.deliveries or 1,
         math.max(0, deadline - mg.now()))
     end
     if state or not tostring(rerr):find("^checkpointer ") then break end
@@ -392,13 +485,21 @@ function _M.run(W, entry, js)
     delay = min(delay * 2, 2)
   end
 
+  if not forced and js.preempted then forced = preempted_outcome(js.preempted) end
+  if forced then
+    state, rerr = nil, nil
+    log:info("job stopped by its thread", { status = forced.status, reason = forced.error })
+  end
+
   -- 4. store the result (and what the record hook writes) once
   local row = {
     job_id = j.job_id, thread_id = j.thread_id, user_id = j.user_id,
     worker = cfg.consumer, deliveries = entry.deliveries or 1,
   }
   local extra = {}
-  if state then
+  if forced then
+    row.status, row.error, row.state = forced.status, forced.error, {}
+  elseif state then
     local xok, res = pcall(extract, script, state, j)
     if not xok then
       row.status, row.error, row.state = "failed", "the result hook failed: " .. first_line(res), {}
@@ -427,6 +528,9 @@ function _M.run(W, entry, js)
   end
   local stored
   local record = hooks.record
+  if forced and forced.no_record then record = nil end
+  local fence = js.lease and { thread_id = j.thread_id, token = js.lease.token } or nil
+  local fenced = false
   local record_failures = 0
   js.phase = "storing"
   persist(log, "storing the result", function()
@@ -437,13 +541,17 @@ function _M.run(W, entry, js)
       hook_err = first_line(ok and err or r)
       return nil, "the record hook failed: " .. hook_err
     end or nil
-    local ok, inserted, s = pcall(results.commit, W.db, row, also)
+    local ok, inserted, s = pcall(results.commit, W.db, row, also, fence)
     if ok and inserted ~= nil then
       stored = s
       row.inserted = inserted
       return true
     end
     local err = ok and s or inserted
+    if tostring(err):find(results.STALE, 1, true) then
+      fenced = true
+      return true
+    end
     if hook_err then
       record_failures = record_failures + 1
       if record_failures >= _M.RECORD_ATTEMPTS then
@@ -457,6 +565,13 @@ function _M.run(W, entry, js)
     return nil, err
   end)
   js.phase = "finishing"
+  if fenced then
+    -- this worker stalled past its thread's lease and a later job of the
+    -- thread went ahead: nothing of this attempt is stored
+    js.lease = nil
+    mg.timeout(1, em.flush, em)
+    return release(W, log, "the thread's lease passed to a later job while this one ran (stalled worker)")
+  end
 
   -- 5. the Redis side
   if row.inserted then
@@ -464,6 +579,7 @@ function _M.run(W, entry, js)
   elseif hooks.forget then
     after_hook(log, "the forget hook", hooks.forget, j, env)
   end
+  release_thread(js)
   em:flush()
   em:close()
   local duration = mg.now() - t_start
@@ -475,8 +591,9 @@ function _M.run(W, entry, js)
     return true
   end)
   ack(W, log, entry, js)
-  local outcome = stored.status == "failed" and "failed" or "done"
-  W.metrics:inc(outcome == "failed" and "jobs_failed" or "jobs_done")
+  local outcome = OUTCOMES[stored.status] or "done"
+  if row.inserted and forced and forced.status == "interrupted" then outcome = "preempted" end
+  W.metrics:inc("jobs_" .. outcome)
   W.metrics:observe("job", outcome, duration)
   pcall(W.saver.delete_thread, W.saver, thread)
   if outcome == "failed" then
