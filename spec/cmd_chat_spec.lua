@@ -251,4 +251,67 @@ describe("moongraph chat", function()
     assert.is_true(s.answered)
     assert.matches("※ 날씨 정보: 가져오지 못했습니다", s.answer)
   end)
+
+  describe("one turn of a thread at a time", function()
+    local function read(path)
+      local f = io.open(path)
+      if not f then return "" end
+      local t = f:read("a")
+      f:close()
+      return t
+    end
+
+    it("20 turns of one thread from 2 processes at once: none is lost", function()
+      local envs = env(dir)
+      local loops = {}
+      for _, who in ipairs { "a", "b" } do
+        loops[#loops + 1] = string.format(
+          "( for i in 1 2 3 4 5 6 7 8 9 10; do %s %s chat --thread shared --json \"%s $i 페트병은?\" >/dev/null 2>>%s || echo $i >>%s; done )",
+          envs, cli.quote(cli.bin), who, cli.quote(dir .. "/" .. who .. ".err"), cli.quote(dir .. "/" .. who .. ".failed"))
+      end
+      assert(os.execute(loops[1] .. " & " .. loops[2] .. " & wait"))
+      assert.equal("", read(dir .. "/a.failed") .. read(dir .. "/b.failed"))
+      local r = chat(dir, { "--thread", "shared", "--json", "마지막 질문" })
+      assert.are.equal(0, r.code, r.err)
+      local s = last_json(r.out)
+      assert.are.equal(21, s.turn)
+      assert.are.equal(42, s.history_messages)
+    end)
+
+    it("a turn on a busy thread waits for it, saying so, or is refused with --multitask-strategy reject", function()
+      local multitask = require "moongraph.multitask"
+      local store = require("moongraph.core").store
+      mg.run(function()
+        assert(store.mkdir(dir .. "/.locks"))
+        -- another process's turn: the lock held here
+        local lease = assert(multitask.file(dir .. "/.locks"):acquire("busy"))
+        local r = chat(dir, { "--thread", "busy", "--multitask-strategy", "reject", "안녕" })
+        assert.are.equal(1, r.code)
+        assert.matches("thread busy is busy: another chat turn is running on it %(%-%-multitask%-strategy reject%)", r.err)
+        local cmd = string.format("%s %s chat --thread busy --json '안녕' >%s 2>%s; echo $? >%s",
+          env(dir), cli.quote(cli.bin), cli.quote(dir .. "/w.out"), cli.quote(dir .. "/w.err"),
+          cli.quote(dir .. "/w.code"))
+        assert(os.execute("( " .. cmd .. " ) >/dev/null 2>&1 &"))
+        for _ = 1, 400 do
+          if read(dir .. "/w.err"):find("waiting for it to end", 1, true) then break end
+          mg.sleep(0.025)
+        end
+        assert.matches("thread busy is busy: another chat turn is running on it; waiting for it to end", read(dir .. "/w.err"))
+        assert.are.equal("", read(dir .. "/w.code"))
+        lease:release()
+        for _ = 1, 400 do
+          if read(dir .. "/w.code") ~= "" then break end
+          mg.sleep(0.025)
+        end
+        assert.are.equal("0", (read(dir .. "/w.code"):gsub("%s", "")))
+        assert.are.equal(1, last_json(read(dir .. "/w.out")).turn)
+      end)
+    end)
+
+    it("refuses interrupt and rollback, which need the worker", function()
+      local r = chat(dir, { "--thread", "t", "--multitask-strategy", "interrupt", "안녕" })
+      assert.are.equal(2, r.code)
+      assert.matches("interrupt and rollback need `moongraph worker`", r.err)
+    end)
+  end)
 end)

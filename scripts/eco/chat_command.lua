@@ -1,6 +1,7 @@
 -- The `chat` command: one turn of the Eco² chat pipeline from the terminal.
 --
---   moongraph chat [--thread ID] [--location LOC] [--trace FILE] [--json] MESSAGE
+--   moongraph chat [--thread ID] [--location LOC] [--trace FILE] [--json]
+--                  [--multitask-strategy enqueue|reject] MESSAGE
 --
 -- The answer streams to stdout as it is produced; the steps of the run
 -- (which nodes ran, which of them in parallel, and how long each took) go to
@@ -9,6 +10,12 @@
 -- the same --thread continues the conversation: the previous intent feeds
 -- the transition boost, the location and the history are kept. Without
 -- --thread a new thread is started and its id printed.
+--
+-- One turn of a thread runs at a time: a turn started while another
+-- process runs one on the same --thread waits for it (saying so on
+-- stderr), or with --multitask-strategy reject is refused (exit 1). The
+-- lock is a file lock under the state directory (moongraph.multitask.file),
+-- released by the kernel if the process dies.
 --
 -- --json ends stdout with one line holding the final state: thread_id,
 -- turn, intent, additional_intents, confidence, routing, nodes_run,
@@ -29,16 +36,20 @@ local text = require "moongraph.text"
 local chat = require "scripts.eco.chat"
 local json = require "moongraph.json"
 local aggregator = require "nodes.aggregator"
+local multitask = require "moongraph.multitask"
 
-local type, ipairs, pairs, tostring, tonumber, pcall = type, ipairs, pairs, tostring, tonumber, pcall
+local type, ipairs, pairs, tostring, tonumber, pcall, setmetatable =
+  type, ipairs, pairs, tostring, tonumber, pcall, setmetatable
 local concat, sort, format = table.concat, table.sort, string.format
 
 local _M = {}
 
 _M.SPEC = {
   name = "chat",
-  usage = "usage: chat [--thread ID] [--location LOCATION] [--trace FILE] [--json] MESSAGE",
-  options = { thread = "string", location = "string", trace = "string", json = "flag" },
+  usage = "usage: chat [--thread ID] [--location LOCATION] [--trace FILE] [--json]\n" ..
+          "            [--multitask-strategy enqueue|reject] MESSAGE",
+  options = { thread = "string", location = "string", trace = "string", json = "flag",
+              ["multitask-strategy"] = "string" },
   positional = { name = "message", label = "MESSAGE", required = true },
 }
 
@@ -56,6 +67,11 @@ function _M.parse(argv)
   if o.thread then
     local ok, ierr = ids.check(o.thread, "--thread")
     if not ok then return nil, ierr end
+  end
+  local mts = o.multitask_strategy
+  if mts ~= nil and mts ~= "enqueue" and mts ~= "reject" then
+    return nil, "--multitask-strategy: enqueue (wait for the turn running on the thread) or reject expected" ..
+      " (interrupt and rollback need `moongraph worker`)"
   end
   for _, name in ipairs { "message", "location" } do
     local v = o[name]
@@ -75,6 +91,28 @@ local function check_trace_path(path)
   if not f then return nil, err end
   f:close()
   return true
+end
+
+-- lock_thread(dir, thread, strategy, errw) -> lease | nil, message: the
+-- thread's turn lock under DIR/.locks, waiting for a turn running in
+-- another process (enqueue) or refusing (reject).
+function _M.lock_thread(dir, thread, strategy, errw)
+  local locks = dir .. "/.locks"
+  local ok, err = require("moongraph.core").store.mkdir(locks)
+  if not ok then return nil, "cannot make the lock directory: " .. tostring(err) end
+  local coord = multitask.file(locks)
+  local lease, lerr = coord:acquire(thread, {
+    strategy = strategy or "enqueue",
+    on_wait = function()
+      errw:write(format("· thread %s is busy: another chat turn is running on it; waiting for it to end\n", thread))
+      if errw.flush then errw:flush() end
+    end,
+  })
+  if lease then return lease end
+  if lerr == "busy" then
+    return nil, format("thread %s is busy: another chat turn is running on it (--multitask-strategy reject)", thread)
+  end
+  return nil, "cannot lock thread " .. thread .. ": " .. tostring(lerr)
 end
 
 local function new_thread_id(now)
@@ -269,6 +307,19 @@ function _M.main(argv, opts)
   local thread = o.thread
   local new_thread = thread == nil
   if new_thread then thread = new_thread_id(opts.now) end
+  -- one turn of a thread at a time, across processes
+  local lease
+  local release_guard <close> = setmetatable({}, { __close = function()
+    if lease then lease:release() end
+  end })
+  if not new_thread then
+    local lerr
+    lease, lerr = _M.lock_thread(dir, thread, o.multitask_strategy, errw)
+    if not lease then
+      errw:write("moongraph chat: ", lerr, "\n")
+      return 1
+    end
+  end
   local prev_intent, prev_turn
   if not new_thread then prev_intent, prev_turn = chat.previous_intent(app, thread) end
   local llm = opts.llm

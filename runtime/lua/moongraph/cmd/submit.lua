@@ -1,5 +1,6 @@
 -- moongraph submit [--redis URL] [--thread ID] [--user ID] [--job ID] [--script NAME]
---                  [--input JSON] [--set KEY=VALUE]... [--follow] [--json] [MESSAGE]
+--                  [--input JSON] [--set KEY=VALUE]... [--multitask-strategy S]
+--                  [--follow] [--json] [MESSAGE]
 -- moongraph submit --attach JOB_ID [--last-id ID] [--json]
 --
 -- Enqueues a job for `moongraph worker` and prints its id; with --follow it
@@ -20,6 +21,7 @@ local cliargs = require "moongraph.args"
 local USAGE = [=[
 usage: moongraph submit [--redis URL] [--thread ID] [--user ID] [--job ID] [--script NAME]
                         [--input JSON] [--set KEY=VALUE]... [--prefix PREFIX]
+                        [--multitask-strategy enqueue|reject|interrupt|rollback]
                         [--follow] [--json] [--timeout SEC] [MESSAGE]
        moongraph submit --attach JOB_ID [--last-id ID] [--json] [--timeout SEC]]=]
 
@@ -27,8 +29,10 @@ local HELP = [[
 The job's input (a JSON object the script receives) is built from --input
 JSON, then each --set KEY=VALUE (string values; repeatable), then MESSAGE as
 the key "message"; a later one replaces a key an earlier one gave. At least
-one of them is needed. --user defaults to $USER. docs/worker.md has the
-details.]]
+one of them is needed. --user defaults to $USER. When another job of the
+same --thread runs, --multitask-strategy says what this one does: enqueue
+(default: wait for it), reject, interrupt or rollback (stop it). Text must
+be UTF-8 without NUL characters. docs/worker.md has the details.]]
 
 local SPEC = {
   name = "moongraph submit", usage = USAGE, help = HELP,
@@ -36,6 +40,7 @@ local SPEC = {
     redis = "string", thread = "string", user = "string", job = "string", script = "string",
     input = "string", set = "list", prefix = "string", follow = "flag", json = "flag",
     timeout = "number", attach = "string", ["last-id"] = "string",
+    ["multitask-strategy"] = "string",
   },
   positional = { name = "message", label = "MESSAGE" },
 }
@@ -77,6 +82,9 @@ local function parse(args)
     o.follow = true
   else
     if o.message ~= nil and not o.message:find("%S") then return nil, "MESSAGE is empty" end
+    if o.multitask_strategy and not require("moongraph.multitask").known(o.multitask_strategy) then
+      return nil, "--multitask-strategy: enqueue, reject, interrupt or rollback expected"
+    end
     if o.message == nil and not o.input and not o.set then
       return nil, "missing MESSAGE (or --input JSON, --set KEY=VALUE)"
     end
@@ -150,7 +158,7 @@ return {
       if user == "" then user = nil end
       local sok, id, entry = pcall(c.submit, c, {
         input = o.job_input, thread_id = o.thread, user_id = user or "cli",
-        job_id = o.job, script = o.script,
+        job_id = o.job, script = o.script, multitask_strategy = o.multitask_strategy,
       })
       if not sok then
         io.stderr:write("moongraph submit: ", (tostring(id):gsub("^bad argument #1 to 'submit' %((.*)%)$", "%1")), "\n")
