@@ -5,6 +5,7 @@ local mg = require "moongraph"
 local multitask = require "moongraph.multitask"
 local servers = require "servers"
 local redis = require "moongraph.redis"
+local tmp = require "tmp"
 
 -- A conversation: each run appends its message in `first`, then waits
 -- (gate: a queue the spec opens, or a sleep) in `second`, and counts a turn.
@@ -176,9 +177,7 @@ describe("multitask", function()
   end)
 
   it("(file) a second process's run waits for the lock, or is refused with reject", function()
-    local dir = os.tmpname()
-    os.remove(dir)
-    assert(os.execute("mkdir " .. dir))
+    local dir = tmp.dir("locks")
     mg.run(function()
       local c1, c2 = multitask.file(dir, { poll = 0.02 }), multitask.file(dir, { poll = 0.02 })
       local l1 = assert(c1:acquire("chat-1"))
@@ -198,6 +197,5 @@ describe("multitask", function()
       local _, ierr = c1:acquire("chat-1", { strategy = "interrupt" })
       assert.matches("a file lock supports enqueue and reject", ierr)
     end)
-    os.execute("rm -rf " .. dir)
   end)
 end)

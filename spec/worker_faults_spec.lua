@@ -7,6 +7,7 @@ local wenv = require "worker_env"
 local client = require "moongraph.worker.client"
 local config = require "moongraph.worker.config"
 local worker = require "moongraph.worker"
+local tmp = require "tmp"
 
 local PLAIN = "plain=spec/support/worker_scripts/plain.lua"
 local STEPS = "steps=spec/support/worker_scripts/steps.lua"
@@ -67,7 +68,7 @@ describe("worker faults", function()
   end)
 
   it("a lease renewal that sees a job after its own XACK does not stop it, and the counters are exact", function()
-    local logfile = os.tmpname()
+    local logfile = tmp.path("worker.log", "race")
     local log_out = assert(io.open(logfile, "w"))
     local cfg = assert(config.parse({ "--script", PLAIN, "--redis", env.redis_url, "--pg", env.pg_url,
       "--checkpoint", "memory", "--consumer", "inproc", "--concurrency", "1", "--grace", "5" }, no_env))
@@ -106,7 +107,6 @@ describe("worker faults", function()
     end)
     log_out:close()
     local lines = lines_of(logfile)
-    os.remove(logfile)
     assert.same({}, with_msg(lines, "claimed by another worker"))
     assert.equal(3, #with_msg(lines, "job done"))
     assert.equal(3, counters.jobs_done)
