@@ -3,8 +3,9 @@
 --   outcome = runner.run(W, entry, js)
 --     W: the worker (redis, db, queue, scripts, saver, cfg, key, log,
 --        metrics, llm); entry: {id, fields, deliveries}; js: the job's slot
---        record ({ id, task, phase }, shared with the lease renewer).
---   outcome: "done" | "failed" | "dead" | "duplicate" | "released"
+--        record ({ id, task, phase, lease, preempted, stop_run, acking },
+--        shared with the lease renewer).
+--   outcome: "done" | "failed" | "rejected" | "preempted" | "dead" | "duplicate" | "released"
 --
 -- The order of things is what makes a job run once:
 --
@@ -14,20 +15,29 @@
 --   2. a job that already has a row in job_results only finishes its events
 --      and is acknowledged (a duplicate delivery, or a worker that died
 --      after storing the result); the script's `forget` hook runs;
+--   2b. the job takes its conversation's lease (moongraph.multitask; one job
+--      of a thread_id at a time, by its multitask_strategy) and claims the
+--      thread's fence in Postgres with the lease's token; a job that cannot
+--      have it (reject) or is stopped by a later one (interrupt, rollback)
+--      is stored with that status and reason in step 4;
 --   3. otherwise its run starts, or resumes from the checkpoints of thread
 --      "job:<job_id>" when an earlier attempt left some (only unfinished
 --      tasks run again); a new run's input is the job's input, or what the
 --      script's `input` hook builds from it;
 --   4. the result (what the `result` hook makes of the final state) and
 --      whatever the `record` hook writes are stored in one Postgres
---      transaction, insert-once on job_id: `record` runs exactly once per job;
---   5. then the `committed` hook (caches), answer and done events (written
---      once), XACK + XDEL, and the job's checkpoints are deleted.
+--      transaction, insert-once on job_id and refused if the thread's fence
+--      moved past this job's token: `record` runs exactly once per job;
+--   5. then the `committed` hook (caches), the thread is released, answer
+--      and done events (written once), XACK + XDEL, and the job's
+--      checkpoints are deleted.
 --
--- Infrastructure failures before step 4 (Postgres or the checkpointer
--- unreachable) leave the job pending for a later attempt ("released");
--- steps 4 and 5 retry until they succeed or the job is cancelled (drain,
--- lost lease), and a later attempt picks up from step 2.
+-- Infrastructure that is away for a moment (a restart, a failover) is
+-- waited for in place before step 4, with backoff, up to the job's
+-- deadline (job_timeout from its start); only then is the job left pending
+-- for a later attempt ("released"). Steps 4 and 5 retry until they succeed
+-- or the job is cancelled (drain, lost lease), and a later attempt picks
+-- up from step 2.
 
 local mg = require "moongraph"
 local json = require "moongraph.json"
