@@ -46,6 +46,7 @@
 #include "tls.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -1210,16 +1211,30 @@ static int push_request(lua_State *L, server *srv) {
   return 4 + np;
 }
 
-static void accept_cancel(mg_waiter *w) { (void)w; }
+/* A task waiting in accept() or wait_idle() holds a reference on the
+** server: close() wakes it, and the handles' close callbacks may drop every
+** other reference before it runs. The continuation drops it first, and
+** finds the server closed when it was the last. */
+static server *wait_end(lua_KContext ctx) {
+  server *srv = (server *)ctx;
+  if (--srv->refs > 0) return srv;
+  srv_free(srv);
+  return NULL;
+}
+
+static void accept_cancel(mg_waiter *w) {
+  srv_unref((server *)((char *)w - offsetof(server, accept_w)));
+}
 
 static int accept_k(lua_State *L, int status, lua_KContext ctx) {
   (void)status;
-  server *srv = (server *)ctx;
-  if (srv->ready_head) return push_request(L, srv);
-  if (srv->state == S_CLOSED) {
+  server *srv = wait_end(ctx);
+  if (srv && srv->ready_head) return push_request(L, srv);
+  if (!srv || srv->state == S_CLOSED) {
     lua_pushnil(L);
     return 1;
   }
+  srv->refs++;
   return mg_await(L, &srv->accept_w, accept_cancel, accept_k, ctx);
 }
 
@@ -1232,18 +1247,22 @@ static int l_accept(lua_State *L) {
     return 1;
   }
   mg_check_yieldable(L, "server:accept");
+  srv->refs++;
   return mg_await(L, &srv->accept_w, accept_cancel, accept_k, (lua_KContext)srv);
 }
 
-static void idle_cancel(mg_waiter *w) { (void)w; }
+static void idle_cancel(mg_waiter *w) {
+  srv_unref((server *)((char *)w - offsetof(server, idle_w)));
+}
 
 static int idle_k(lua_State *L, int status, lua_KContext ctx) {
   (void)status;
-  server *srv = (server *)ctx;
-  if (srv->nconns == 0 || srv->state == S_CLOSED) {
+  server *srv = wait_end(ctx);
+  if (!srv || srv->nconns == 0 || srv->state == S_CLOSED) {
     lua_pushboolean(L, 1);
     return 1;
   }
+  srv->refs++;
   return mg_await(L, &srv->idle_w, idle_cancel, idle_k, ctx);
 }
 
@@ -1255,6 +1274,7 @@ static int l_wait_idle(lua_State *L) {
     return 1;
   }
   mg_check_yieldable(L, "server:wait_idle");
+  srv->refs++;
   return mg_await(L, &srv->idle_w, idle_cancel, idle_k, (lua_KContext)srv);
 }
 
