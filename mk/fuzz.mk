@@ -37,3 +37,22 @@ fuzz: fuzz-json
 fuzz-json: build/fuzz/json_fuzz
 	@mkdir -p build/fuzz/corpus-json
 	build/fuzz/json_fuzz -runs=$(FUZZ_RUNS) -max_len=512 -print_final_stats=1 build/fuzz/corpus-json fuzz/corpus/json
+
+# The HTTP server's own parsing: the request reader over http-parser
+# (fuzz/http1_fuzz.c), routes and percent-decoding (fuzz/route_fuzz.c) and
+# static path resolution (fuzz/static_fuzz.c).
+SERVER_FUZZ_SRC = runtime/http1.c runtime/route.c runtime/static.c
+SERVER_FUZZ_HDR = runtime/http1.h runtime/server.h
+
+build/fuzz/%_fuzz: fuzz/%_fuzz.c $(SERVER_FUZZ_SRC) $(SERVER_FUZZ_HDR)
+	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang and libclang-rt-14-dev (apt-get install clang libclang-rt-14-dev)"; exit 1; }
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $< $(SERVER_FUZZ_SRC) -o $@ -lhttp_parser
+
+.PHONY: fuzz-http1 fuzz-route fuzz-static
+fuzz: fuzz-http1 fuzz-route fuzz-static
+
+fuzz-http1 fuzz-route fuzz-static: fuzz-%: build/fuzz/%_fuzz
+	@mkdir -p build/fuzz/corpus-$*
+	build/fuzz/$*_fuzz -runs=$(FUZZ_RUNS) -dict=fuzz/http.dict -max_len=2048 \
+		-print_final_stats=1 build/fuzz/corpus-$* fuzz/corpus/$*

@@ -96,8 +96,16 @@ static int on_url(http_parser *p, const char *at, size_t n) {
 
 static int on_header_field(http_parser *p, const char *at, size_t n) {
   mg_h1_reader *r = p->data;
-  if (count_head(r, n + 4)) return -1;   /* ": " and CRLF count too */
-  if (r->head_complete) return 0;        /* a chunked trailer: not kept */
+  /* a name may come in several calls (one per read): ": " and CRLF count
+  ** once, with its first piece, so how a client splits its writes does not
+  ** change what fits */
+  if (count_head(r, n + (r->last != 1 ? 4 : 0))) return -1;
+  /* http-parser lets spaces and other non-token bytes into names */
+  if (n > 0 && !mg_h1_valid_name(at, n)) return fail(r, 400, "invalid header field name");
+  if (r->head_complete) {                /* a chunked trailer: not kept */
+    r->last = 1;
+    return 0;
+  }
   mg_h1_request *q = r->req;
   if (r->last != 1) {
     if (r->last == 0) {
@@ -116,7 +124,10 @@ static int on_header_field(http_parser *p, const char *at, size_t n) {
 static int on_header_value(http_parser *p, const char *at, size_t n) {
   mg_h1_reader *r = p->data;
   if (count_head(r, n)) return -1;
-  if (r->head_complete) return 0;
+  if (r->head_complete) {
+    r->last = 2;
+    return 0;
+  }
   if (memchr(at, '\0', n)) return fail(r, 400, "NUL in a header value");
   if (r->last == 1) {
     if (head_end_piece(r)) return -1;    /* ends the name */

@@ -149,7 +149,7 @@ static int route_cmp(const void *pa, const void *pb) {
 }
 
 int mg_routes_finish(mg_routes *t, char *err, size_t errlen) {
-  qsort(t->v, (size_t)t->n, sizeof *t->v, route_cmp);
+  if (t->n > 1) qsort(t->v, (size_t)t->n, sizeof *t->v, route_cmp);
   for (int i = 1; i < t->n; i++) {
     const mg_route *a = &t->v[i - 1], *b = &t->v[i];
     if (shape_cmp(a, b) == 0 && a->any == b->any && a->method == b->method) {
