@@ -5,6 +5,7 @@
 -- curl -N, CORS, the access log and TLS.
 local cjson = require "cjson"
 local sp = require "serverproc"
+local tmp = require "tmp"
 
 local function request(path, extra)
   return "GET " .. path .. " HTTP/1.1\r\nHost: x\r\n" .. (extra or "") .. "\r\n"
@@ -79,13 +80,9 @@ describe("moongraph.server over HTTP/1.1", function()
     end)
 
     it("reads a large body sent by curl (with Expect: 100-continue)", function()
-      local path = os.tmpname()
-      local f = assert(io.open(path, "wb"))
       local blob = string.rep("0123456789abcdef", 5 * 65536)   -- 5 MiB
-      f:write(blob)
-      f:close()
+      local path = tmp.file(blob, "blob")
       local r = s:curl{ "/echo", "--data-binary", "@" .. path, "-H", "Content-Type: application/octet-stream" }
-      os.remove(path)
       assert.equal(200, r.status, r.out)
       assert.equal(tostring(#blob), r.headers["x-body-length"])
       assert.is_true(r.body == blob)
@@ -287,14 +284,13 @@ describe("moongraph.server options", function()
   end)
 
   it("writes one JSON access log line per request, without the query string", function()
-    local log = os.tmpname()
+    local log = tmp.path("access.log")
     local s = sp.start{ log = log }
     s:curl{ "/items/5?api_key=secret" }
     s:curl{ "/nope" }
     s:stop()
     local lines = {}
     for line in io.lines(log) do lines[#lines + 1] = cjson.decode(line) end
-    os.remove(log)
     assert.equal(2, #lines)
     local a, b = lines[1], lines[2]
     assert.equal("GET", a.method)
@@ -305,22 +301,16 @@ describe("moongraph.server options", function()
     assert.equal("127.0.0.1", a.remote)
     assert.matches("^%d%d%d%d%-%d%d%-%d%dT", a.time)
     assert.equal(404, b.status)
-    assert.is_nil(io.open(log) and nil)
   end)
 
   describe("with TLS", function()
     local dir, cert, key
     setup(function()
-      dir = os.tmpname()
-      os.remove(dir)
-      assert(os.execute("mkdir -p " .. dir))
+      dir = tmp.dir("tls")
       cert, key = dir .. "/cert.pem", dir .. "/key.pem"
       assert(os.execute(string.format("env -u LD_PRELOAD openssl req -x509 -newkey rsa:2048 -nodes -days 1 " ..
         "-subj /CN=localhost -addext subjectAltName=DNS:localhost,IP:127.0.0.1 " ..
         "-keyout %s -out %s >/dev/null 2>&1", key, cert)))
-    end)
-    teardown(function()
-      os.execute("rm -rf " .. dir)
     end)
 
     it("serves HTTPS with the given certificate and key", function()

@@ -11,6 +11,7 @@
 local mg = require "moongraph"
 local server = require "moongraph.server"
 local cjson = require "cjson"
+local core = require "moongraph.core"
 
 local opts = cjson.decode(arg[1] or "{}")
 local events = {}
@@ -77,12 +78,18 @@ local routes = {
       if every > 0 then mg.sleep(every) end
     end
   end,
-  -- a slow reader's stream: numbered lines as fast as the client takes them
+  -- a slow reader's stream: numbered lines as fast as the client takes
+  -- them, written with res:write, or as SSE events (?sse=1, "data: " and a
+  -- blank line around each line)
   ["GET /flood"] = function(req, res)
     local n = tonumber(req.query.n) or 1000
     local line = string.rep("y", (tonumber(req.query.size) or 1024) - 12)
+    local sse = req.query.sse == "1"
     for i = 1, n do
-      local ok, err = res:write(string.format("%010d %s\n", i, line))
+      local text = string.format("%010d %s", i, line)
+      local ok, err
+      if sse then ok, err = res:sse{ data = text }
+      else ok, err = res:write(text .. "\n") end
       if not ok then
         note{ route = "flood", i = i, err = err }
         return
@@ -92,6 +99,13 @@ local routes = {
   end,
   ["GET /wait/:name"] = function(req)
     local ok = gate(req.params.name):get(10)
+    return { json = { opened = ok ~= nil } }
+  end,
+  -- held until SIGUSR1 opens every gate (for drain: no new connection
+  -- can ask for it then)
+  ["GET /hold/:name"] = function(req)
+    note{ route = "hold", name = req.params.name }
+    local ok = gate(req.params.name):get(30)
     return { json = { opened = ok ~= nil } }
   end,
   ["POST /__open/:name"] = function(req)
@@ -133,6 +147,13 @@ local pid = stat:read("n")
 stat:close()
 io.stdout:write("listening on ", srv.url, " pid ", pid, "\n")
 io.stdout:flush()
+local usr1 = mg.spawn(function()
+  while true do
+    core.signal.wait("USR1")
+    for _, q in pairs(gates) do q:put(true) end
+  end
+end)
 srv:wait()
+usr1:cancel()
 io.stdout:write("closed\n")
 io.stdout:flush()

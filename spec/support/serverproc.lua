@@ -9,6 +9,7 @@
 --   local c = s:connect()                        -- LuaSocket TCP client
 --   s:stats()  s:events()  s:stderr()
 --   s:signal("TERM")  s:wait_exit() -> exit code
+--   s:status("VmRSS") -> kB, from /proc/PID/status (raises when it cannot read)
 --   s:stop()       -- kills it; raises if it had crashed (ASan) on the way
 --
 -- Nothing here sleeps to let something happen: sp.wait_until polls a
@@ -16,6 +17,7 @@
 local cjson = require "cjson"
 local socket = require "socket"
 local cli = require "cli"
+local tmp = require "tmp"
 
 local _M = {}
 local S = {}
@@ -45,7 +47,9 @@ function _M.wait_until(fn, timeout, what)
 end
 
 function _M.start(opts, env)
-  local errfile = os.tmpname()
+  -- its files outlive the test that starts it when a teardown stops it
+  local dir = tmp.dir("server", "file")
+  local errfile = dir .. "/stderr"
   local cmd = string.format("exec %s%s run spec/support/server_app.lua %s 2>%s",
     env and (env .. " ") or "", cli.bin, quote(cjson.encode(opts or {})), quote(errfile))
   local fh = assert(io.popen(cmd, "r"))
@@ -59,7 +63,7 @@ function _M.start(opts, env)
   end
   return setmetatable({
     url = url, port = tonumber(url:match(":(%d+)$")), pid = tonumber(pid),
-    fh = fh, errfile = errfile, host = "127.0.0.1",
+    fh = fh, errfile = errfile, dir = dir, ncurl = 0, host = "127.0.0.1",
   }, S)
 end
 
@@ -87,6 +91,16 @@ function S:wait_exit()
   return how == "exit" and code or -code, rest
 end
 
+-- A field of /proc/PID/status in kB (VmRSS, VmHWM); raises when it cannot.
+function S:status(name)
+  local f = assert(io.open("/proc/" .. self.pid .. "/status"), "no /proc/" .. self.pid .. "/status")
+  local text = f:read("a")
+  f:close()
+  local v = tonumber(text:match("\n" .. name .. ":%s+(%d+) kB"))
+  if not v then error("no " .. name .. " in /proc/" .. self.pid .. "/status", 2) end
+  return v
+end
+
 function S:stop()
   if not self.fh then
     os.remove(self.errfile)
@@ -112,7 +126,9 @@ end
 function S:curl(args, opts)
   opts = opts or {}
   local parts = { "env -u LD_PRELOAD curl -s -S --max-time", tostring(opts.timeout or 10) }
-  local hfile, bfile = os.tmpname(), os.tmpname()
+  self.ncurl = self.ncurl + 1
+  local hfile = self.dir .. "/head" .. self.ncurl
+  local bfile = self.dir .. "/body" .. self.ncurl
   if not opts.raw then
     parts[#parts + 1] = "-D " .. quote(hfile) .. " -o " .. quote(bfile)
   end
