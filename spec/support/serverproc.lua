@@ -3,7 +3,8 @@
 -- (LuaSocket, blocking with timeouts: the server is another process).
 --
 --   local sp = require "serverproc"
---   local s = sp.start{ header_timeout = 0.5 }   -- listen options (JSON-able)
+--   local s = sp.start({ header_timeout = 0.5 }, env)  -- listen options (JSON-able),
+--                      -- env: "NAME=value ..." for the server process, or nil
 --   s.url  s.port  s.pid
 --   local r = s:curl{ "/hello", "-H", "X: 1" }  -- {status, headers, body, out}
 --   local c = s:connect()                        -- LuaSocket TCP client
@@ -51,7 +52,7 @@ function _M.start(opts, env)
   local dir = tmp.dir("server", "file")
   local errfile = dir .. "/stderr"
   local cmd = string.format("exec %s%s run spec/support/server_app.lua %s 2>%s",
-    env and (env .. " ") or "", cli.bin, quote(cjson.encode(opts or {})), quote(errfile))
+    env and ("env " .. env .. " ") or "", cli.bin, quote(cjson.encode(opts or {})), quote(errfile))
   local fh = assert(io.popen(cmd, "r"))
   local line = fh:read("l")
   local url, pid = (line or ""):match("listening on (%S+) pid (%d+)")
