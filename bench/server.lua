@@ -7,8 +7,9 @@
 -- 1. Hello-world JSON, keep-alive, 64 connections: `wrk -t1 -c64 -dSECONDS
 --    --latency` against each server, ROUNDS rounds (default 5) whose order
 --    rotates, so every server sees the same machine load. Medians of
---    requests/s and p99, the ratios, and the 1-minute load average read
---    after each round. Goals: >= 1.5x node's requests/s, >= 0.75x the bare
+--    requests/s, p99 and each server's CPU time per request (from
+--    /proc/PID/stat: what it spends, whatever wrk's share of the cores),
+--    the ratios, and the 1-minute load average read after each round. Goals: >= 1.5x node's requests/s, >= 0.75x the bare
 --    C handler's.
 -- 2. SSE_CLIENTS (default 10,000) streams of one event per second for
 --    SSE_SECONDS (default 30), from build/sse_client (C on libuv) against a
@@ -82,18 +83,37 @@ local function ms(v, unit)
   return v
 end
 
--- One wrk run: requests/s, p99 ms.
-local function wrk(url, secs)
+-- CPU time a process (all its threads) has used, in seconds.
+local CLK_TCK = tonumber(io.popen("getconf CLK_TCK"):read("l")) or 100
+local function cpu_seconds(pid)
+  local f = assert(io.open("/proc/" .. pid .. "/stat"))
+  local text = f:read("a")
+  f:close()
+  -- fields after the command name: state is field 3, utime 14, stime 15
+  local rest = text:match("^%d+ %b() (.*)$")
+  local fields = {}
+  for v in rest:gmatch("%S+") do fields[#fields + 1] = v end
+  return (tonumber(fields[12]) + tonumber(fields[13])) / CLK_TCK
+end
+
+-- One wrk run: requests/s, p99 ms, the server's CPU microseconds per request.
+-- On a shared machine wrk and the server compete for the same cores, so
+-- requests/s can be capped by the load generator; CPU per request is what
+-- each server itself spends.
+local function wrk(url, secs, pid)
+  local cpu0 = pid and cpu_seconds(pid)
   local p = assert(io.popen(string.format("wrk -t1 -c64 -d%ds --latency %s/ 2>&1", secs, url)))
   local out = p:read("a")
   p:close()
+  local cpu = pid and cpu_seconds(pid) - cpu0
   local rps = tonumber(out:match("Requests/sec:%s+([%d%.]+)"))
+  local total = tonumber(out:match("(%d+) requests in"))
   local v, unit = out:match("\n%s+99%%%s+([%d%.]+)(%a+)")
-  if not rps or not v then error("wrk output not understood:\n" .. out) end
+  if not rps or not v or not total then error("wrk output not understood:\n" .. out) end
   if out:match("Non%-2xx") or out:match("Socket errors") then
     error("wrk saw errors against " .. url .. ":\n" .. out)
   end
-  return rps, ms(v, unit)
+  return rps, ms(v, unit), cpu and cpu * 1e6 / total
 end
 
 local function median(t)
@@ -125,16 +145,17 @@ end
 print(string.format("hello-world JSON, keep-alive, wrk -t1 -c64, %d rounds of %d s, order rotating%s",
   ROUNDS, SECONDS, node_version and (", node " .. node_version) or ""))
 for _, s in ipairs(servers) do wrk(s.url, 1) end   -- warm-up
-local rps, p99, loads = {}, {}, {}
-for _, s in ipairs(servers) do rps[s.name], p99[s.name] = {}, {} end
+local rps, p99, cpu, loads = {}, {}, {}, {}
+for _, s in ipairs(servers) do rps[s.name], p99[s.name], cpu[s.name] = {}, {}, {} end
 for round = 1, ROUNDS do
   local line = { string.format("round %d:", round) }
   for k = 0, #servers - 1 do
     local s = servers[(round + k - 1) % #servers + 1]
-    local r, p = wrk(s.url, SECONDS)
+    local r, p, c = wrk(s.url, SECONDS, s.pid)
     table.insert(rps[s.name], r)
     table.insert(p99[s.name], p)
-    line[#line + 1] = string.format("%s %.0f/s p99 %.2f ms", s.name, r, p)
+    table.insert(cpu[s.name], c)
+    line[#line + 1] = string.format("%s %.0f/s p99 %.2f ms %.1f us", s.name, r, p, c)
   end
   local l = loadavg()
   loads[#loads + 1] = l
@@ -144,16 +165,24 @@ end
 local mg_rss = status_field(servers[1].pid, "VmHWM")
 for _, s in ipairs(servers) do stop(s) end
 
-print(string.format("%-10s %12s %10s", "server", "median req/s", "p99 ms"))
+print(string.format("%-10s %12s %10s %18s", "server", "median req/s", "p99 ms", "CPU us/request"))
 for _, s in ipairs(servers) do
-  print(string.format("%-10s %12.0f %10.2f", s.name, median(rps[s.name]), median(p99[s.name])))
+  print(string.format("%-10s %12.0f %10.2f %18.1f", s.name, median(rps[s.name]), median(p99[s.name]),
+    median(cpu[s.name])))
 end
 local m, h = median(rps.moongraph), median(rps["bare-h2o"])
-print(string.format("moongraph / bare-h2o = %.2f (goal >= 0.75): %s", m / h, m / h >= 0.75 and "met" or "NOT met"))
+local mc, hc = median(cpu.moongraph), median(cpu["bare-h2o"])
+print(string.format("requests/s      moongraph / bare-h2o = %.2f (goal >= 0.75): %s", m / h,
+  m / h >= 0.75 and "met" or "NOT met"))
 if rps.node then
-  local n = median(rps.node)
-  print(string.format("moongraph / node     = %.2f (goal >= 1.5): %s", m / n, m / n >= 1.5 and "met" or "NOT met"))
-  print(string.format("bare-h2o / node      = %.2f", h / n))
+  local n, nc = median(rps.node), median(cpu.node)
+  print(string.format("requests/s      moongraph / node     = %.2f (goal >= 1.5): %s", m / n,
+    m / n >= 1.5 and "met" or "NOT met"))
+  print(string.format("requests/s      bare-h2o / node      = %.2f", h / n))
+  print(string.format("requests/CPU-s  moongraph / node     = %.2f, bare-h2o / node = %.2f, moongraph / bare-h2o = %.2f",
+    nc / mc, nc / hc, hc / mc))
+else
+  print(string.format("requests/CPU-s  moongraph / bare-h2o = %.2f", hc / mc))
 end
 table.sort(loads)
 print(string.format("load average (1 min) after the rounds: min %.2f median %.2f max %.2f on %d CPUs",
