@@ -4,8 +4,9 @@
 ** the request reader (http1.c), the target decoded by the route matcher
 ** (route.c), then mg_static_open under a root directory.
 **
-** The root is made once, in a fresh temporary directory, beside a
-** directory it must never serve:
+** The root is made once, in build/fuzz/static-fuzz-tree (beside the
+** harness, made afresh on each start), next to a directory it must never
+** serve:
 **
 **   base/root/a.txt  index.html  sub/index.html  sub/c.css  .env
 **   base/root/in -> a.txt              (a symlink that stays inside)
@@ -68,9 +69,17 @@ static void cleanup(void) {
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
-  const char *tmp = getenv("TMPDIR");
-  snprintf(base, sizeof base, "%s/moongraph-static-fuzz.XXXXXX", tmp && *tmp ? tmp : "/tmp");
-  if (!mkdtemp(base)) abort();
+  /* beside the harness (build/fuzz/), made afresh on each start, so that a
+  ** crash (which skips atexit) leaves nothing behind in /tmp */
+  char self[PATH_MAX];
+  ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (sl <= 0) abort();
+  self[sl] = '\0';
+  char *slash = strrchr(self, '/');
+  if (slash) *slash = '\0';
+  snprintf(base, sizeof base, "%s/static-fuzz-tree", self);
+  cleanup();
+  if (mkdir(base, 0755) != 0) abort();
   atexit(cleanup);
   char p[PATH_MAX];
   snprintf(p, sizeof p, "%s/root", base);
