@@ -11,7 +11,8 @@
 --   s:stats()  s:events()  s:stderr()
 --   s:signal("TERM")  s:wait_exit() -> exit code
 --   s:status("VmRSS") -> kB, from /proc/PID/status (raises when it cannot read)
---   s:stop()       -- kills it; raises if it had crashed (ASan) on the way
+--   s:stop()       -- SIGTERM (KILL after 30 s); raises if it had crashed (ASan)
+--                     on the way or did not exit
 --
 -- Nothing here sleeps to let something happen: sp.wait_until polls a
 -- condition with a bound and fails loudly when the bound passes.
@@ -109,12 +110,21 @@ function S:stop()
   end
   local was_alive = self:alive()
   os.execute("kill " .. self.pid .. " 2>/dev/null")
+  -- SIGTERM drains; a server that does not exit is killed and reported
+  -- (closing the pipe waits for the process, which would hang the suite)
+  local deadline = socket.gettime() + 30
+  while self:alive() and socket.gettime() < deadline do socket.sleep(0.01) end
+  local stuck = self:alive()
+  if stuck then os.execute("kill -KILL " .. self.pid .. " 2>/dev/null") end
   self.fh:close()
   self.fh = nil
   local err = slurp(self.errfile)
   os.remove(self.errfile)
   if not was_alive then
     error("the server process had died before stop():\n" .. err, 2)
+  end
+  if stuck then
+    error("the server did not exit within 30 s of SIGTERM:\n" .. err, 2)
   end
   if err:match("ERROR: AddressSanitizer") or err:match("runtime error:") then
     error("the server reported a sanitizer error:\n" .. err, 2)
