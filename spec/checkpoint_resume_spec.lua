@@ -61,6 +61,45 @@ for _, kind in ipairs { "memory", "file" } do
       end)
     end
 
+    for _, durability in ipairs { "sync", "async" } do
+      it("durability " .. durability .. ": a run cancelled with writes on their way, then a new run on " ..
+         "the thread: it starts from what they saved, without a conflict", function()
+        local g = G.new { items = R.append }
+        g:add_node("quick", function() return { items = "quick" } end)
+        g:add_node("stuck", function() mg.sleep(60) return { items = "stuck" } end)
+        g:add_node("fresh", function() return { items = "fresh" } end)
+        g:add_conditional_edges(START, function(s) return s.go end, { "quick", "fresh" })
+        g:add_edge("quick", "stuck"):add_edge("stuck", END):add_edge("fresh", END)
+        local app = g:compile { checkpointer = saver(), durability = durability }
+        run(function()
+          for round = 1, 20 do
+            local thread = "c" .. round
+            local seen = mg.queue()
+            local t = mg.spawn(function()
+              for ev in app:stream({ go = "quick" }, { thread_id = thread, stream_mode = "updates" }) do
+                if ev.node == "quick" then seen:put(true) end
+              end
+            end)
+            seen:get()
+            t:cancel()
+            -- what the cancelled run saved: under async, its queued step lands
+            local before = app:get_state { thread_id = thread }
+            local items = before.values.items or {}
+            if durability == "async" then assert.same({ "quick" }, items, "round " .. round) end
+            local out, err = app:invoke({ go = "fresh" }, { thread_id = thread })
+            assert.is_nil(err)
+            items[#items + 1] = "fresh"
+            assert.same(items, out.items, "round " .. round)
+            -- one chain: every checkpoint extends the one before it
+            local h = app:history { thread_id = thread }
+            for i = 1, #h - 1 do
+              assert.equal(h[i + 1].config.checkpoint_id, h[i].parent_config.checkpoint_id)
+            end
+          end
+        end)
+      end)
+    end
+
     it("a new input on a thread continues from its last state", function()
       local g = G.new { messages = R.messages }
       g:add_node("bot", function(s)

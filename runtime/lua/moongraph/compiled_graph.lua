@@ -31,6 +31,7 @@ local tasks = require "moongraph.tasks"
 local control = require "moongraph.control"
 local engine = require "moongraph.engine.loop"
 local algo = require "moongraph.engine.algo"
+local writer = require "moongraph.engine.writer"
 local events = require "moongraph.engine.events"
 
 local _M = {}
@@ -252,6 +253,8 @@ local function snapshot(self, tuple, cfg)
 end
 
 local function get_state(self, cfg)
+  -- after the writes of a cancelled run on this thread have landed
+  if cfg.thread_id ~= nil then writer.settle(self.checkpointer, tostring(cfg.thread_id)) end
   local ok, tuple, err = pcall(self.checkpointer.get, self.checkpointer, cfg)
   if not ok then return nil, "checkpointer get failed: " .. tostring(tuple) end
   if tuple == nil and err then return nil, err end

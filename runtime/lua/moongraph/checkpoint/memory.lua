@@ -18,6 +18,9 @@ local _M = {}
 local saver = {}
 local mt = { __index = saver, __name = "moongraph.checkpoint.memory" }
 
+-- its calls never yield: the engine calls it inline (engine/writer.lua)
+saver.yields = false
+
 function _M.new()
   return setmetatable({ threads = {} }, mt)
 end

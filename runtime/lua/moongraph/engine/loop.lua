@@ -88,7 +88,7 @@ local function new_run(app, cfg, parent, ns, sink, trace)
       if mode ~= "sync" and mode ~= "async" and mode ~= "exit" then
         error("bad argument #2 to 'invoke': durability must be \"sync\", \"async\" or \"exit\"", 0)
       end
-      run.writer = writer.new(saver, mode)
+      run.writer = writer.new(saver, mode, run.thread_id)
     end
   end
   if run.writer and run.writer.mode == "exit" then run.exit = { writes = {} } end
@@ -336,6 +336,7 @@ local function start(run, input, cfg, resume_cmd)
   local want_id = run.root and cfg.checkpoint_id or nil
   if saver then
     local err
+    if run.root then writer.settle(saver, run.thread_id) end
     tuple, latest, err = saved(run, cfg)
     if err then return nil, err end
     run.last_id = latest
@@ -587,6 +588,7 @@ function _M.update_state(app, cfg, values, as_node, graph)
   -- a subgraph's namespace: its own nodes, entry and reducers
   run.app, run.nodes, run.reducers = graph, graph.nodes, graph.reducers
   local saver = app.checkpointer
+  writer.settle(saver, run.thread_id)
   local ok, tuple, err = pcall(saver.get, saver, cfg)
   if not ok then return nil, "checkpointer get failed: " .. tostring(tuple) end
   if tuple == nil and err then return nil, err end

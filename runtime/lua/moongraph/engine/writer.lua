@@ -23,9 +23,22 @@ are dropped.
   writer.flush(run) -> true | nil, err     every write of run done
   writer.drain(w)                           (async) the queue issued and done
   writer.close(run)
+  writer.settle(saver, thread_id)           wait for writes still on their way
+                                            from earlier (cancelled) runs
+
+A run cancelled while a write is on its way (an async writer's queue, a
+file write on the thread pool, a query sent) does not take that write back:
+it lands a little later. So that the next run on the same thread reads the
+head those writes leave, and does not find a checkpoint appearing under it,
+writes to a saver that yields run in tasks of their own; one that outlives
+its run (an async writer still emptying its queue, a write the run was
+cancelled waiting for) is kept per thread, and a root run settles its
+thread before it reads the head. A saver
+whose calls never yield (memory) sets `yields = false` and is called
+inline: a task cannot be cancelled in the middle of such a call.
 ]]
 
-local type, tostring, pcall, ipairs = type, tostring, pcall, ipairs
+local type, tostring, pcall, ipairs, next, setmetatable = type, tostring, pcall, ipairs, next, setmetatable
 
 -- the most writes one put_batch call carries
 local BATCH = 64
@@ -34,17 +47,60 @@ local tasks = require "moongraph.tasks"
 
 local _M = {}
 
-function _M.new(saver, mode)
-  return { saver = saver, mode = mode, err = nil, q = nil, task = nil, limit = 1 }
+function _M.new(saver, mode, thread_id)
+  return { saver = saver, mode = mode, thread_id = thread_id, err = nil, q = nil, task = nil, limit = 1 }
 end
 
-local function saver_call(w, op, a, b, c)
+-- saver -> thread_id -> { [task] = true }: write tasks that outlived their run
+local inflight = setmetatable({}, { __mode = "k" })
+
+local function track(saver, thread_id, task)
+  local by_thread = inflight[saver]
+  if not by_thread then by_thread = {}; inflight[saver] = by_thread end
+  local set = by_thread[thread_id]
+  if not set then set = {}; by_thread[thread_id] = set end
+  set[task] = true
+end
+
+-- Wait until every write task of this saver and thread has ended.
+function _M.settle(saver, thread_id)
+  local by_thread = inflight[saver]
+  local set = by_thread and by_thread[thread_id]
+  if not set then return end
+  local t = next(set)
+  while t do
+    if not t:done() then t:join() end
+    set[t] = nil
+    t = next(set)
+  end
+  if by_thread[thread_id] == set then by_thread[thread_id] = nil end
+end
+
+local function saver_call_here(w, op, a, b, c)
   local ok, r1, r2 = pcall(w.saver[op], w.saver, a, b, c)
   if not ok then
     w.err = "checkpointer " .. op .. " failed: " .. tostring(r1)
   elseif r1 == nil then
     w.err = "checkpointer " .. op .. " failed: " .. tostring(r2)
   end
+end
+
+-- fn(w, ...) from the run's own task (sync, exit): in a task of its own
+-- when the saver yields, so that cancelling the run leaves a write that
+-- settle() can still wait for.
+local function detached(fn, w, ...)
+  if w.saver.yields == false or not w.thread_id then return fn(w, ...) end
+  local t = tasks.spawn(fn, w, ...)
+  -- tracked while the run waits: if the run is cancelled meanwhile, the
+  -- task stays in the set until a settle() sees it end
+  track(w.saver, w.thread_id, t)
+  t:join()
+  local set = inflight[w.saver][w.thread_id]
+  if set then set[t] = nil end
+end
+
+local function saver_call(w, op, a, b, c)
+  detached(saver_call_here, w, op, a, b, c)
 end
 
 -- A batch that fails (a lost connection, a restarting server) is sent
@@ -54,7 +110,7 @@ local RETRY = { 0.05, 0.25, 1 }
 
 local function batch_call(w, list)
   for attempt = 1, #RETRY + 1 do
-    local ok, r1, r2 = pcall(w.saver.put_batch, w.saver, list)
+    local ok, r1, r2 = pcall(w.saver.put_batch, w.saver, list)  -- in the writer task
     if ok and r1 ~= nil then return end
     local err = ok and r2 or r1
     if not ok or attempt > #RETRY or tostring(err):find("checkpoint conflict", 1, true) then
@@ -101,19 +157,23 @@ local function writer_loop(w)
   local limit = w.limit
   local inflight, busy, done = 0, {}, nil
   local function one(job)
-    saver_call(w, job.op, job.a, job.b, job.c)
+    saver_call_here(w, job.op, job.a, job.b, job.c)
     busy[job.key] = nil
     done:put(true)
   end
   while true do
     local job = q:get()
-    if job == nil then return end
+    if job == nil then
+      -- closed: the task ends when its last write has
+      while inflight > 0 do done:get(); inflight = inflight - 1 end
+      return
+    end
     if job.flush then
       while inflight > 0 do done:get(); inflight = inflight - 1 end
       job.flush:put(true)
     elseif not w.err then
       if limit <= 1 then
-        saver_call(w, job.op, job.a, job.b, job.c)
+        saver_call_here(w, job.op, job.a, job.b, job.c)
       else
         done = done or tasks.queue()
         while inflight >= limit or busy[job.key] do
@@ -200,7 +260,7 @@ function _M.flush(run)
         for _, wr in ipairs(ex.writes) do
           list[#list + 1] = { op = "put_writes", a = wr[1], b = wr[2], c = wr[3] }
         end
-        batch_call(w, list)
+        detached(batch_call, w, list)
       else
         saver_call(w, "put", p[1], p[2], p[3])
         for _, wr in ipairs(ex.writes) do
@@ -222,6 +282,8 @@ function _M.close(run)
   if w and run.root and w.q then
     w.q:close()
     w.q = nil
+    -- a run cancelled with writes still queued: they go on after it
+    if w.thread_id and not w.task:done() then track(w.saver, w.thread_id, w.task) end
   end
 end
 
