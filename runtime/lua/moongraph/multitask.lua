@@ -161,10 +161,21 @@ function Mem:acquire(thread_id, opts)
       if h.on_preempt then mg.spawn(h.on_preempt, h.preempted) end
     end
   end
+  -- a waiter cancelled while it waits leaves the queue (and gives back a
+  -- lease granted in the same instant), or the thread would stay held
+  local settled = false
+  local guard <close> = setmetatable({}, { __close = function()
+    if settled then return end
+    for i, x in ipairs(th.queue) do
+      if x == w then table.remove(th.queue, i) break end
+    end
+    if w.lease then w.lease:release() end
+  end })
   if o.on_wait then o.on_wait(holder) end
   local got = w.q:get(o.timeout)
+  settled = true
   if got then return w.lease end
-  -- gave up waiting (or cancelled): leave the queue
+  -- gave up waiting: leave the queue
   for i, x in ipairs(th.queue) do
     if x == w then table.remove(th.queue, i) break end
   end
