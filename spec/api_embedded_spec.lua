@@ -208,6 +208,51 @@ describe("api.embedded", function()
     end)
   end)
 
+  it("cancelling a queued run takes it out of the line: the runs behind it still run, in order", function()
+    mg.run(function()
+      local b = backend()
+      local t = b:thread_create(nil, {})
+      local first = assert(b:run_create(nil, t.thread_id, { assistant_id = "agent", input = input("one", { hold = 30 }),
+        stream_mode = "custom", durability = "sync" }))
+      reach(first, "custom")
+      local function enqueue(text)
+        return assert(b:run_create(nil, t.thread_id, { assistant_id = "agent", input = input(text, { hold = false }),
+          multitask_strategy = "enqueue" }))
+      end
+      local second, third, fourth = enqueue("two"), enqueue("three"), enqueue("four")
+      assert.is_true(b:run_cancel(nil, t.thread_id, third.run_id, "interrupt"))
+      assert.equal("interrupted", third.status)
+      assert.is_true(b:run_cancel(nil, t.thread_id, first.run_id, "interrupt"))
+      local out = b:run_output(fourth)
+      assert.same({ "interrupted", "success", "interrupted", "success" },
+        { first.status, second.status, third.status, fourth.status })
+      local texts = {}
+      for _, m in ipairs(out.messages) do texts[#texts + 1] = m.content end
+      assert.same({ "one", "two", "echo: two", "four", "echo: four" }, texts)
+      assert.equal("idle", b:thread_get(nil, t.thread_id).status)
+    end)
+  end)
+
+  it("deleting a thread with queued runs ends them all; a new thread of the same id starts free", function()
+    mg.run(function()
+      local b = backend()
+      local t = b:thread_create(nil, { thread_id = "q1" })
+      local first = assert(b:run_create(nil, "q1", { assistant_id = "agent", input = input("one", { hold = 30 }),
+        stream_mode = "custom" }))
+      reach(first, "custom")
+      local queued = assert(b:run_create(nil, "q1", { assistant_id = "agent", input = input("two", { hold = false }),
+        multitask_strategy = "enqueue" }))
+      assert.is_true(b:thread_delete(nil, t.thread_id))
+      first:wait()
+      queued:wait()
+      assert.equal("interrupted", first.status)
+      assert.equal("interrupted", queued.status)
+      assert(b:thread_create(nil, { thread_id = "q1" }))
+      local out = b:run_output(assert(b:run_create(nil, "q1", { assistant_id = "agent", input = input("fresh", { hold = false }) })))
+      assert.equal("fresh", out.messages[1].content)
+    end)
+  end)
+
   it("multitask interrupt stops the running run; rollback takes the thread back to where it started", function()
     mg.run(function()
       local b = backend()

@@ -486,7 +486,10 @@ function _M.invoke(coord, app, input, cfg)
   if back == nil and berr then return nil, berr end
   if back == "" then
     local saver = app.checkpointer
-    if saver then saver:delete_thread(thread_id) end
+    if saver then
+      mg.checkpoint.settle(saver, thread_id)
+      saver:delete_thread(thread_id)
+    end
   elseif back then
     run_cfg = {}
     for k, v in pairs(cfg) do run_cfg[k] = v end

@@ -30,7 +30,9 @@ already encoded as JSON; run:events_after(seq, timeout) waits for more.
 multitask_strategy for a run on a busy thread: reject (the default: 409),
 enqueue (runs after the ones before it), interrupt (the running run stops,
 its checkpoints stay) and rollback (the running run stops and the thread
-goes back to the checkpoint it started from).
+goes back to the checkpoint it started from). A run holds its thread's
+lease from moongraph.multitask (a memory coordinator: runs of this process)
+while it runs; the strategies are that module's.
 ]]
 
 local mg = require "moongraph"
@@ -39,12 +41,13 @@ local ids = require "moongraph.ids"
 local core = require "moongraph.core"
 local scripts = require "moongraph.worker.scripts"
 local text = require "moongraph.text"
+local multitask = require "moongraph.multitask"
 
 local type, pairs, ipairs, tostring, tonumber, setmetatable, pcall, error, next =
   type, pairs, ipairs, tostring, tonumber, setmetatable, pcall, error, next
 local string_format, string_gsub, string_byte, string_char =
   string.format, string.gsub, string.byte, string.char
-local table_sort, table_remove, table_insert = table.sort, table.remove, table.insert
+local table_sort, table_remove = table.sort, table.remove
 local math_floor = math.floor
 local null = json.null
 local array = json.array
@@ -160,6 +163,7 @@ function _M.new(opts)
     data = data, saver = saver, reg = reg,
     threads = {},       -- thread_id -> record (loaded from files)
     runs = {},          -- run_id -> run
+    coord = multitask.memory(),   -- one run at a time per thread
     created = wall(),
   }, B)
   local names, lerr2, code = store.list(data .. "/threads")
@@ -383,7 +387,7 @@ function B:thread_count(user, body)
   return total or 0
 end
 
--- the thread's active and queued runs
+-- the thread's active run, or runs waiting for its lease
 local function busy(rec)
   return rec.active ~= nil or (rec.queue and rec.queue[1] ~= nil)
 end
@@ -391,12 +395,16 @@ end
 function B:thread_delete(user, id)
   local rec, st, msg = mine(self, user, id)
   if not rec then return fail(st, msg) end
-  for _, q in ipairs(rec.queue or {}) do q:finish("interrupted") end
+  for _, q in ipairs(rec.queue or {}) do
+    q.exec:cancel()
+    q:finish("interrupted")
+  end
   rec.queue = nil
   if rec.active then rec.active:stop("interrupt") end
   for _, r in ipairs(rec.runs or {}) do self.runs[r.run_id] = nil end
   rec.deleted = true
   self.threads[id] = nil
+  mg.checkpoint.settle(self.saver, id)   -- the stopped run's last writes first
   local ok, err = self.saver:delete_thread(id)
   if not ok then return fail(500, "cannot delete the thread's checkpoints: " .. tostring(err)) end
   local rok, rerr, code = store.remove(thread_path(self, id))
@@ -690,6 +698,7 @@ local function run_body(self, rec, run)
   local status
   if run.stop_action then
     if run.stop_action == "rollback" then
+      mg.checkpoint.settle(self.saver, run.thread_id)
       if run.from == "" then
         self.saver:delete_thread(run.thread_id)
       elseif run.from then
@@ -723,6 +732,7 @@ local function run_body(self, rec, run)
     run.output = out
   end
   if run.temporary then
+    mg.checkpoint.settle(self.saver, run.thread_id)
     self.saver:delete_thread(run.thread_id)
     self.threads[run.thread_id] = nil
     store.remove(thread_path(self, run.thread_id))
@@ -730,11 +740,35 @@ local function run_body(self, rec, run)
   return status
 end
 
-local execute
+-- the thread's lease for a run; when another run interrupts or rolls back
+-- this one, it stops
+local function acquire(self, run, strategy)
+  return self.coord:acquire(run.thread_id, { run_id = run.run_id, strategy = strategy,
+    on_preempt = function(p) run:stop(p.strategy) end })
+end
 
--- Runs one run to its end (in its own task), then starts the next queued:
--- whatever happens, the run finishes and the thread moves on.
-function execute(self, rec, run)
+local function leave_queue(rec, run)
+  for i, q in ipairs(rec.queue or {}) do
+    if q == run then table_remove(rec.queue, i) return end
+  end
+end
+
+-- Runs one run to its end, in its own task: with the thread's lease, or
+-- first waits for it (a pending run; cancelling it cancels this task while
+-- it waits). Whatever happens, the run finishes and the lease goes to the
+-- next run.
+local function execute(self, rec, run, lease)
+  if not lease then
+    local err
+    lease, err = acquire(self, run, run.multitask_strategy)
+    leave_queue(rec, run)
+    if not lease then
+      run:publish("error", { error = "BusyError", message = "thread '" .. run.thread_id .. "': " .. tostring(err) })
+      run:finish("error")
+      return
+    end
+    rec.active = run
+  end
   local ok, status = xpcall(run_body, debug.traceback, self, rec, run)
   if not ok then
     io.stderr:write("moongraph serve: run ", run.run_id, ": ", tostring(status), "\n")
@@ -743,13 +777,8 @@ function execute(self, rec, run)
     status = "error"
   end
   if rec.active == run then rec.active = nil end
-  -- the next queued run, if any, before followers of this one wake up
-  local nxt = rec.queue and table_remove(rec.queue, 1)
-  if nxt then
-    rec.active = nxt
-    rec.status = "busy"
-    mg.spawn(execute, self, rec, nxt)
-  end
+  -- the next run gets the thread before followers of this one wake up
+  lease:release()
   run:finish(status)
 end
 
@@ -874,7 +903,13 @@ function B:run_create(user, thread_id, body)
         "', not '" .. s.name .. "'")
     end
   end
-  if busy(rec) and strategy == "reject" then
+  local run_id = uuid4()
+  local run
+  -- the thread's lease now when the thread is free; else the run waits for
+  -- it by its strategy (reject: 409)
+  local lease = self.coord:acquire(thread_id, { run_id = run_id, strategy = "reject",
+    on_preempt = function(p) run:stop(p.strategy) end })
+  if not lease and strategy == "reject" then
     return fail(409, "thread '" .. thread_id .. "' is already running a run; wait for it to finish " ..
       "or choose another multitask_strategy (enqueue, interrupt, rollback)")
   end
@@ -884,8 +919,8 @@ function B:run_create(user, thread_id, body)
     rec.metadata.assistant_id = s.name
   end
   local now = wall()
-  local run = setmetatable({
-    run_id = uuid4(), thread_id = thread_id, assistant_id = s.name, owner = user,
+  run = setmetatable({
+    run_id = run_id, thread_id = thread_id, assistant_id = s.name, owner = user,
     created_at = now, updated_at = now, status = "pending",
     metadata = metadata, multitask_strategy = strategy, stream_mode = names,
     modes = modes, engine_modes = engine_modes, subgraphs = body.stream_subgraphs == true,
@@ -909,18 +944,13 @@ function B:run_create(user, thread_id, body)
   rec.status = "busy"
   rec.updated_at = now
   save_thread(self, rec)
-  if not busy(rec) then
+  if lease then
     rec.active = run
-    mg.spawn(execute, self, rec, run)
-  elseif strategy == "enqueue" then
+  else
     rec.queue = rec.queue or {}
     rec.queue[#rec.queue + 1] = run
-  else
-    -- interrupt / rollback: this run goes first; the running one stops
-    rec.queue = rec.queue or {}
-    table_insert(rec.queue, 1, run)
-    if rec.active then rec.active:stop(strategy) end
   end
+  run.exec = mg.spawn(execute, self, rec, run, lease)
   return run
 end
 
@@ -960,10 +990,10 @@ function B:run_cancel(user, thread_id, run_id, action, wait)
   end
   if run.done then return true end
   local rec = self.threads[run.thread_id]
-  if run.status == "pending" and rec and rec.queue then
-    for i, q in ipairs(rec.queue) do
-      if q == run then table_remove(rec.queue, i) break end
-    end
+  if run.status == "pending" and rec and rec.active ~= run then
+    -- still waiting for the thread: it leaves the coordinator's queue
+    run.exec:cancel()
+    leave_queue(rec, run)
     run:finish("interrupted")
     if not busy(rec) then refresh(self, rec, run.app) end
     return true

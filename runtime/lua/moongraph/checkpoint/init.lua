@@ -10,9 +10,25 @@ moongraph.checkpoint — checkpoint savers (mg.checkpoint).
 A saver is any table with the five methods of the saver interface
 (docs/checkpoints.md): put, put_writes, get, list, delete_thread. The Redis
 and Postgres savers implement the same interface.
+
+  mg.checkpoint.settle(saver, thread_id)  wait until the writes of runs of
+                                          that thread that were cancelled
+                                          with writes on their way have
+                                          landed (before deleting or
+                                          rewriting the thread by hand)
 ]]
 
 local _M = {}
+
+function _M.settle(saver, thread_id)
+  if type(saver) ~= "table" then
+    error("bad argument #1 to 'settle': saver expected, got " .. type(saver), 2)
+  end
+  if thread_id == nil then
+    error("bad argument #2 to 'settle': thread id expected", 2)
+  end
+  require("moongraph.engine.writer").settle(saver, tostring(thread_id))
+end
 
 function _M.memory()
   return require("moongraph.checkpoint.memory").new()
