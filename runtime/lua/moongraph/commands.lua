@@ -35,7 +35,7 @@ local RUNTIME = {
   submit = "enqueue a job for the workers; --follow prints its events as they arrive",
   mcp = "serve the tools a Lua file declares over MCP (mcp serve FILE.lua)",
   draw = "draw the graph a script builds (svg, png, pdf via Graphviz; dot, mermaid)",
-  serve = "serve the LangGraph Agent API over scripts (HTTP + SSE; docs/api.md)",
+  serve = "serve the Chat API, the LangGraph Agent API and the web chat page (HTTP + SSE; docs/api.md)",
 }
 
 local function by_name(a, b) return a.name < b.name end

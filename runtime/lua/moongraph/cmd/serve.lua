@@ -1,28 +1,66 @@
--- moongraph serve --script [NAME=]PATH... [--host H] [--port N] [--data DIR]
--- Serves the LangGraph Agent API (moongraph.api.langgraph) over the scripts
--- given, on the embedded backend: runs in this process, checkpoints and
--- threads under DIR (default .moongraph). Prints "listening on URL" once it
+-- moongraph serve [--host H] [--port N] [--script [NAME=]PATH]... [--data DIR]
+--                 [--redis URL --pg URL] [--heartbeat SEC] [--rate-limit N] [--rate-burst N]
+--                 [--concurrency N] [--web DIR]
+--
+-- The front door: the Chat API (moongraph.api.chat), the LangGraph Agent
+-- API (moongraph.api.langgraph) and the web chat page (web/) at /. Two backends behind the same API:
+--   embedded (default): runs the scripts in this process; conversations,
+--     job event logs and checkpoints under --data (default .moongraph);
+--   distributed (--redis and --pg): enqueues jobs for `moongraph worker`
+--     processes and relays their Redis event streams; keeps nothing in the
+--     process, so many can run behind a load balancer.
+-- The default script is chat=scripts/eco/chat.lua. API keys come from
+-- MOONGRAPH_API_KEYS="key=user,..." (or MOONGRAPH_API_KEYS_FILE); without
+-- keys it listens on loopback only. Prints "listening on URL" once it
 -- accepts connections (--port 0 picks a free port) and serves until SIGTERM
--- or SIGINT. API keys come from MOONGRAPH_API_KEYS (or _FILE); without keys
--- it listens on loopback only. Exit status: 0 after a drain, 1 when it
--- cannot start, 2 on bad usage.
+-- or SIGINT (then drains). Exit status: 0 after a drain, 1 when it cannot
+-- start, 2 on bad usage.
 local cliargs = require "moongraph.args"
 local config = require "moongraph.worker.config"
+local paths = require "moongraph.paths"
 
 local SPEC = {
   name = "serve",
-  usage = "usage: moongraph serve --script [NAME=]PATH... [--host H] [--port N] [--data DIR]",
-  help = "Serves the LangGraph Agent API over the scripts given (each is an assistant\n" ..
-    "named NAME, default the file's name): runs in-process, threads and checkpoints\n" ..
-    "under --data (default .moongraph). Keys: MOONGRAPH_API_KEYS=\"key=user,...\"\n" ..
-    "(or MOONGRAPH_API_KEYS_FILE); without keys only loopback hosts are allowed.\n" ..
-    "See docs/api.md.",
+  usage = "usage: moongraph serve [--host H] [--port N] [--script [NAME=]PATH]... [--data DIR]\n" ..
+    "                       [--redis URL --pg URL] [--heartbeat SEC] [--rate-limit N] [--rate-burst N]\n" ..
+    "                       [--concurrency N] [--prefix P] [--web DIR]",
+  help = "Serves the Chat API (/chat/...), the LangGraph Agent API and the web chat page (/)\n" ..
+    "over the scripts given (default chat=scripts/eco/chat.lua). Embedded by default: runs\n" ..
+    "in-process, state under --data (default .moongraph). With --redis and --pg: enqueues\n" ..
+    "jobs for `moongraph worker` and relays their events. API keys: MOONGRAPH_API_KEYS=\n" ..
+    "\"key=user,...\" (or MOONGRAPH_API_KEYS_FILE); without keys only loopback hosts are\n" ..
+    "allowed. --rate-limit: requests per minute per key (default 600; 0: off), --rate-burst:\n" ..
+    "how many may come at once (default 60). See docs/api.md.",
   options = { host = "string", port = "integer", script = "list", data = "string",
-              heartbeat = "number" },
+              heartbeat = "number", redis = "string", pg = "string", ["rate-limit"] = "number",
+              ["rate-burst"] = "integer", concurrency = "integer", prefix = "string", web = "string",
+              ["max-message"] = "integer" },
 }
+
+local DEFAULT_SCRIPT = "chat=scripts/eco/chat.lua"
 
 local function loopback(host)
   return host == "127.0.0.1" or host == "localhost" or host == "::1" or host:match("^127%.") ~= nil
+end
+
+local function fail(msg, code)
+  io.stderr:write("moongraph serve: ", msg, "\n")
+  io.stderr:flush()
+  return code or 1
+end
+
+local function isdir(path)
+  local ok = os.rename(path, path)
+  return ok and io.open(path .. "/index.html", "r") ~= nil
+end
+
+-- The web page's directory: --web, else web/ in the first root that has it.
+local function web_dir(o)
+  if o.web then return o.web end
+  if isdir("web") then return "web" end
+  local p = paths.find("web/index.html")
+  if p then return (p:gsub("/index%.html$", "")) end
+  return nil
 end
 
 return {
@@ -31,44 +69,80 @@ return {
     if not o then return cliargs.usage_error(SPEC, err) end
     if o.help then return cliargs.help(SPEC) end
     local scripts, seen = {}, {}
-    for _, s in ipairs(o.script or {}) do
+    local given = o.script or {}
+    if #given == 0 then given = { DEFAULT_SCRIPT } end
+    for _, s in ipairs(given) do
       local spec, serr = config.script_spec(s)
       if not spec then return cliargs.usage_error(SPEC, serr) end
       if seen[spec.name] then return cliargs.usage_error(SPEC, "two scripts named '" .. spec.name .. "' (use NAME=PATH)") end
       seen[spec.name] = true
       scripts[#scripts + 1] = spec
     end
-    if #scripts == 0 then return cliargs.usage_error(SPEC, "no script to serve: give --script [NAME=]PATH (repeatable)") end
     local host = o.host or "127.0.0.1"
     local port = o.port or 2024
     if port < 0 or port > 65535 then return cliargs.usage_error(SPEC, "--port must be 0..65535") end
     if o.heartbeat and o.heartbeat <= 0 then return cliargs.usage_error(SPEC, "--heartbeat must be > 0 seconds") end
+    if o.rate_limit and o.rate_limit < 0 then return cliargs.usage_error(SPEC, "--rate-limit must be >= 0 (0: no limit)") end
+    if o.rate_burst and o.rate_burst < 1 then return cliargs.usage_error(SPEC, "--rate-burst must be >= 1") end
+    if o.concurrency and o.concurrency < 1 then return cliargs.usage_error(SPEC, "--concurrency must be >= 1") end
+    if o.max_message and o.max_message < 1 then return cliargs.usage_error(SPEC, "--max-message must be >= 1 (bytes)") end
+    if (o.redis == nil) ~= (o.pg == nil) then
+      return cliargs.usage_error(SPEC, "the distributed backend needs both --redis and --pg")
+    end
+
     local auth = require "moongraph.api.auth"
     local keys, kerr = auth.from_env()
-    if kerr then
-      io.stderr:write("moongraph serve: ", kerr, "\n")
-      return 2
-    end
+    if kerr then return fail(kerr, 2) end
     if not keys and not loopback(host) then
-      io.stderr:write("moongraph serve: refusing to listen on ", host, " without API keys: set ",
-        "MOONGRAPH_API_KEYS=\"key=user,...\" (or MOONGRAPH_API_KEYS_FILE), or listen on 127.0.0.1\n")
-      return 2
+      return fail("refusing to listen on " .. host .. " without API keys: set MOONGRAPH_API_KEYS=" ..
+        "\"key=user,...\" (or MOONGRAPH_API_KEYS_FILE), or listen on 127.0.0.1", 2)
     end
-    local backend, berr = require("moongraph.api.embedded").new { data = o.data or ".moongraph", scripts = scripts }
-    if not backend then
-      io.stderr:write("moongraph serve: ", berr, "\n")
-      return 1
+    local llm, lerr = require("moongraph.llm").from_env()
+    if lerr then io.stderr:write("moongraph serve: no LLM: ", lerr, "; answering offline\n") end
+
+    local data = o.data or ".moongraph"
+    local backend, berr
+    if o.redis then
+      backend, berr = require("moongraph.api.chat_redis").new {
+        redis = o.redis, pg = o.pg, scripts = scripts, prefix = o.prefix,
+      }
+    else
+      backend, berr = require("moongraph.api.chat_embedded").new {
+        data = data, scripts = scripts, llm = llm, concurrency = o.concurrency,
+      }
     end
-    local routes = require("moongraph.api.langgraph").routes(backend, { keys = keys, heartbeat = o.heartbeat })
+    if not backend then return fail(berr) end
+
+    local limiter = require("moongraph.api.ratelimit").new {
+      rate = o.rate_limit or 600, burst = o.rate_burst or 60,
+    }
+    local routes = require("moongraph.api.chat").routes(backend, {
+      keys = keys, heartbeat = o.heartbeat, limiter = limiter, max_message = o.max_message,
+    })
+
+    -- The LangGraph Agent API over the same scripts (embedded)
+    if not o.redis then
+      local langgraph = require "moongraph.api.langgraph"
+      local lb, lgerr = require("moongraph.api.embedded").new { data = data, scripts = scripts }
+      if not lb then return fail("the LangGraph API: " .. tostring(lgerr)) end
+      for k, v in pairs(langgraph.routes(lb, { keys = keys, heartbeat = o.heartbeat })) do
+        if routes[k] == nil then routes[k] = v end
+      end
+    end
+
     local server = require "moongraph.server"
-    local srv, lerr = server.listen { host = host, port = port, routes = routes, signals = { "TERM", "INT" } }
+    local srv, serr = server.listen {
+      host = host, port = port, routes = routes, static = web_dir(o),
+      signals = { "TERM", "INT" },
+      max_body = math.max(1024 * 1024, (o.max_message or 16384) * 2 + 4096),
+    }
     if not srv then
-      io.stderr:write("moongraph serve: cannot listen on ", host, ":", tostring(port), ": ", tostring(lerr), "\n")
-      return 1
+      return fail("cannot listen on " .. host .. ":" .. tostring(port) .. ": " .. tostring(serr))
     end
     io.stdout:write("listening on ", srv.url, "\n")
     io.stdout:flush()
     srv:wait()
+    if backend.close then backend:close() end
     return 0
   end,
 }

@@ -1,0 +1,226 @@
+--[[
+moongraph.api.chat — the Chat API (a message in, its run's events out as
+SSE, conversations), as routes for moongraph.server, over a backend:
+moongraph.api.chat_embedded (in-process) or moongraph.api.chat_redis
+(workers through Redis and Postgres).
+
+  local chat = require "moongraph.api.chat"
+  local routes = chat.routes(backend, { keys = keys, heartbeat = 15,
+                                        limiter = ratelimit.new{...}, max_message = 16384 })
+
+  POST   /chat/messages                   {message, conversation_id?, user_location?, script?}
+                                          -> 202 {job_id, conversation_id, stream_url}
+  GET    /chat/messages/:job_id/stream    SSE: node_start, node_end, token, answer, error, done
+  GET    /chat/conversations              ?limit=20&offset=0 (the caller's, newest first)
+  GET    /chat/conversations/:id          the conversation with its messages
+  DELETE /chat/conversations/:id          204 (again: 204)
+
+Every event of a stream has an id; a client that reconnects with
+`Last-Event-ID` (header, or ?last_event_id=) gets the events after it,
+once and in order, then the live ones. An idle stream gets a comment
+every `heartbeat` seconds. Errors are JSON {"error": message} with the
+status that says what went wrong: 400 bad JSON or field, 401 no or bad
+API key, 404 an unknown id (or another user's), 413 a message over
+max_message bytes, 429 over the rate limit (with Retry-After), 503 the
+message could not be stored. A handler that fails answers 500 {"error":
+"internal error"} and the error goes to stderr, never to the client.
+]]
+
+local json = require "moongraph.json"
+local auth = require "moongraph.api.auth"
+local ids = require "moongraph.ids"
+local text = require "moongraph.text"
+
+local type, tostring, tonumber, ipairs, pairs, xpcall, error =
+  type, tostring, tonumber, ipairs, pairs, xpcall, error
+local traceback = debug.traceback
+local math_tointeger = math.tointeger
+
+local _M = {}
+
+_M.MAX_MESSAGE = 16 * 1024      -- bytes of a message
+_M.MAX_LOCATION = 200           -- bytes of user_location
+_M.HEARTBEAT = 15               -- seconds between comments on an idle stream
+_M.PAGE = 20                    -- conversations per page by default
+_M.MAX_PAGE = 100
+_M.ANONYMOUS = "local"          -- the user of every request when no keys are set
+
+local SSE_HEADERS = {
+  ["Content-Type"] = "text/event-stream",
+  ["Cache-Control"] = "no-cache",
+  ["X-Accel-Buffering"] = "no",
+}
+
+local function problem(status, message, headers)
+  return { status = status, headers = headers, json = { error = tostring(message) } }
+end
+
+local function absent(v) return v == nil or v == json.null end
+
+-- The message of a POST body | nil, status, error
+local function parse_message(req, max_message)
+  local body = req.body
+  if body == nil or body == "" then return nil, 400, "the request body is empty: send a JSON object with \"message\"" end
+  local v, err = json.decode(body)
+  if v == nil then return nil, 400, "the request body is not valid JSON: " .. tostring(err) end
+  if type(v) ~= "table" or json.is_array(v) or v[1] ~= nil then
+    return nil, 400, "the request body must be a JSON object with \"message\""
+  end
+  local m = v.message
+  if absent(m) then return nil, 400, "\"message\" is missing" end
+  if type(m) ~= "string" then return nil, 400, "\"message\" must be a string" end
+  if #m > max_message then
+    return nil, 413, "\"message\" is longer than " .. max_message .. " bytes (" .. #m .. ")"
+  end
+  if not m:find("%S") then return nil, 400, "\"message\" is empty" end
+  if not text.check_utf8(m) then return nil, 400, "\"message\" is not valid UTF-8" end
+  local out = { message = m }
+  local c = v.conversation_id
+  if not absent(c) then
+    if type(c) ~= "string" or not ids.valid(c) then
+      return nil, 400, "\"conversation_id\" must be an id from an earlier answer (1-200 letters, digits or - _ . : @)"
+    end
+    out.conversation_id = c
+  end
+  local loc = v.user_location
+  if not absent(loc) and loc ~= "" then
+    if type(loc) ~= "string" then return nil, 400, "\"user_location\" must be a string" end
+    if #loc > _M.MAX_LOCATION then
+      return nil, 400, "\"user_location\" is longer than " .. _M.MAX_LOCATION .. " bytes"
+    end
+    if not text.check_utf8(loc) then return nil, 400, "\"user_location\" is not valid UTF-8" end
+    out.user_location = loc
+  end
+  local s = v.script
+  if not absent(s) then
+    if type(s) ~= "string" or s == "" then return nil, 400, "\"script\" must be a script's name" end
+    out.script = s
+  end
+  return out
+end
+_M.parse_message = parse_message
+
+local function page_of(q)
+  local function int(name, default, min, max)
+    local v = q[name]
+    if v == nil or v == "" then return default end
+    local n = math_tointeger(tonumber(v))
+    if not n or n < min or (max and n > max) then
+      return nil, "?" .. name .. " must be a whole number from " .. min .. (max and (" to " .. max) or " up")
+    end
+    return n
+  end
+  local limit, err = int("limit", _M.PAGE, 1, _M.MAX_PAGE)
+  if not limit then return nil, err end
+  local offset
+  offset, err = int("offset", 0, 0)
+  if not offset then return nil, err end
+  return { limit = limit, offset = offset }
+end
+
+-- Stream a job's events from after `sub`'s position until done (or the
+-- client leaves).
+local function pump(res, sub, heartbeat)
+  local ok = res:start(200, SSE_HEADERS)
+  if not ok then return end
+  if not res:sse{ retry = 1000, comment = "moongraph" } then return end
+  while true do
+    local evs, err = sub:next(heartbeat)
+    if not evs then
+      res:sse{ event = "error", data = { error = "the job's events are gone: " .. tostring(err) } }
+      return
+    end
+    if #evs == 0 then
+      if not res:sse{ comment = "heartbeat" } then return end
+    end
+    for _, e in ipairs(evs) do
+      if not res:sse{ event = e.type, id = e.id, data = e.data } then return end
+      if e.type == "done" then return end
+    end
+  end
+end
+
+-- routes(backend, opts) -> the routes table for moongraph.server
+-- opts: keys (moongraph.api.auth keys, nil: none), heartbeat (seconds),
+-- limiter (moongraph.api.ratelimit, nil: no limit), max_message (bytes).
+function _M.routes(b, opts)
+  if type(b) ~= "table" then error("bad argument #1 to 'routes': backend expected", 2) end
+  opts = opts or {}
+  local keys, limiter = opts.keys, opts.limiter
+  local heartbeat = opts.heartbeat or _M.HEARTBEAT
+  local max_message = opts.max_message or _M.MAX_MESSAGE
+
+  -- Every handler: the caller's user (401 without a good key), the rate
+  -- limit (429), and no traceback ever reaches the client.
+  local function guarded(fn)
+    return function(req, res)
+      local user, st, msg = auth.user(keys, req.headers)
+      if keys and not user then
+        return problem(st, msg, { ["WWW-Authenticate"] = "Bearer" })
+      end
+      user = user or _M.ANONYMOUS
+      if limiter then
+        local ok, retry = limiter:take(keys and user or (req.remote_addr or "?"))
+        if not ok then
+          return problem(429, "rate limit exceeded: retry in " .. retry .. " s",
+            { ["Retry-After"] = tostring(retry) })
+        end
+      end
+      local ok, out = xpcall(fn, traceback, req, res, user)
+      if not ok then
+        io.stderr:write("moongraph serve: ", req.method, " ", req.path, ": ", tostring(out), "\n")
+        io.stderr:flush()
+        if res:started() then return nil end
+        return problem(500, "internal error")
+      end
+      return out
+    end
+  end
+
+  local routes = {}
+
+  routes["POST /chat/messages"] = guarded(function(req, _, user)
+    local m, st, msg = parse_message(req, max_message)
+    if not m then return problem(st, msg) end
+    local j
+    j, st, msg = b:submit(user, m)
+    if not j then return problem(st, msg) end
+    local url = "/chat/messages/" .. j.job_id .. "/stream"
+    return { status = 202, headers = { Location = url },
+             json = { job_id = j.job_id, conversation_id = j.conversation_id, stream_url = url,
+                      status = j.status or "queued" } }
+  end)
+
+  routes["GET /chat/messages/:job_id/stream"] = guarded(function(req, res, user)
+    local last = req.headers["last-event-id"]
+    if last == nil or last == "" then last = req.query.last_event_id end
+    if type(last) == "table" then return problem(400, "give one last_event_id") end
+    local sub, st, msg = b:subscribe(user, req.params.job_id, last)
+    if not sub then return problem(st, msg) end
+    pump(res, sub, heartbeat)
+  end)
+
+  routes["GET /chat/conversations"] = guarded(function(req, _, user)
+    local page, perr = page_of(req.query)
+    if not page then return problem(400, perr) end
+    local list, st, msg = b:conversations(user, page)
+    if not list then return problem(st, msg) end
+    return { json = list }
+  end)
+
+  routes["GET /chat/conversations/:id"] = guarded(function(req, _, user)
+    local c, st, msg = b:conversation(user, req.params.id)
+    if not c then return problem(st, msg) end
+    return { json = c }
+  end)
+
+  routes["DELETE /chat/conversations/:id"] = guarded(function(req, _, user)
+    local ok, st, msg = b:delete(user, req.params.id)
+    if not ok then return problem(st, msg) end
+    return { status = 204 }
+  end)
+
+  return routes
+end
+
+return _M
