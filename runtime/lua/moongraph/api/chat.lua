@@ -131,6 +131,7 @@ local function pump(res, sub, heartbeat)
       return
     end
     if #evs == 0 then
+      if sub.ended then return end
       if not res:sse{ comment = "heartbeat" } then return end
     end
     for _, e in ipairs(evs) do

@@ -431,6 +431,8 @@ function Sub:next(timeout)
     out[i] = { id = tostring(e.id), type = e.type, data = e.data }
     self.after = e.id
   end
+  -- a reader already past done: nothing more will come
+  if #out == 0 and log.finished then self.ended = true end
   return out
 end
 
