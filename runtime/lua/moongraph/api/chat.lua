@@ -1,8 +1,7 @@
 --[[
 moongraph.api.chat — the Chat API (a message in, its run's events out as
-SSE, conversations), as routes for moongraph.server, over a backend:
-moongraph.api.chat_embedded (in-process) or moongraph.api.chat_redis
-(workers through Redis and Postgres).
+SSE, conversations), as routes for moongraph.server, over a backend
+(moongraph.api.chat_embedded: runs in this process).
 
   local chat = require "moongraph.api.chat"
   local routes = chat.routes(backend, { keys = keys, heartbeat = 15,

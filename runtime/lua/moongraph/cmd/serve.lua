@@ -1,14 +1,11 @@
 -- moongraph serve [--host H] [--port N] [--script [NAME=]PATH]... [--data DIR]
---                 [--redis URL --pg URL] [--heartbeat SEC] [--rate-limit N] [--rate-burst N]
+--                 [--heartbeat SEC] [--rate-limit N] [--rate-burst N]
 --                 [--concurrency N] [--web DIR]
 --
 -- The front door: the Chat API (moongraph.api.chat), the LangGraph Agent
--- API (moongraph.api.langgraph) and the web chat page (web/) at /. Two backends behind the same API:
---   embedded (default): runs the scripts in this process; conversations,
---     job event logs and checkpoints under --data (default .moongraph);
---   distributed (--redis and --pg): enqueues jobs for `moongraph worker`
---     processes and relays their Redis event streams; keeps nothing in the
---     process, so many can run behind a load balancer.
+-- API (moongraph.api.langgraph) and the web chat page (web/) at /, on the embedded backend: runs the scripts in this
+-- process; conversations, job event logs and checkpoints under --data
+-- (default .moongraph).
 -- The default script is chat=scripts/eco/chat.lua. API keys come from
 -- MOONGRAPH_API_KEYS="key=user,..." (or MOONGRAPH_API_KEYS_FILE); without
 -- keys it listens on loopback only. Prints "listening on URL" once it
@@ -22,18 +19,16 @@ local paths = require "moongraph.paths"
 local SPEC = {
   name = "serve",
   usage = "usage: moongraph serve [--host H] [--port N] [--script [NAME=]PATH]... [--data DIR]\n" ..
-    "                       [--redis URL --pg URL] [--heartbeat SEC] [--rate-limit N] [--rate-burst N]\n" ..
-    "                       [--concurrency N] [--prefix P] [--web DIR]",
+    "                       [--heartbeat SEC] [--rate-limit N] [--rate-burst N] [--concurrency N] [--web DIR]",
   help = "Serves the Chat API (/chat/...), the LangGraph Agent API and the web chat page (/)\n" ..
-    "over the scripts given (default chat=scripts/eco/chat.lua). Embedded by default: runs\n" ..
-    "in-process, state under --data (default .moongraph). With --redis and --pg: enqueues\n" ..
-    "jobs for `moongraph worker` and relays their events. API keys: MOONGRAPH_API_KEYS=\n" ..
+    "over the scripts given (default chat=scripts/eco/chat.lua): runs in-process, state\n" ..
+    "under --data (default .moongraph). API keys: MOONGRAPH_API_KEYS=\n" ..
     "\"key=user,...\" (or MOONGRAPH_API_KEYS_FILE); without keys only loopback hosts are\n" ..
     "allowed. --rate-limit: requests per minute per key (default 600; 0: off), --rate-burst:\n" ..
     "how many may come at once (default 60). See docs/api.md.",
   options = { host = "string", port = "integer", script = "list", data = "string",
-              heartbeat = "number", redis = "string", pg = "string", ["rate-limit"] = "number",
-              ["rate-burst"] = "integer", concurrency = "integer", prefix = "string", web = "string",
+              heartbeat = "number", ["rate-limit"] = "number",
+              ["rate-burst"] = "integer", concurrency = "integer", web = "string",
               ["max-message"] = "integer" },
 }
 
@@ -86,9 +81,6 @@ return {
     if o.rate_burst and o.rate_burst < 1 then return cliargs.usage_error(SPEC, "--rate-burst must be >= 1") end
     if o.concurrency and o.concurrency < 1 then return cliargs.usage_error(SPEC, "--concurrency must be >= 1") end
     if o.max_message and o.max_message < 1 then return cliargs.usage_error(SPEC, "--max-message must be >= 1 (bytes)") end
-    if (o.redis == nil) ~= (o.pg == nil) then
-      return cliargs.usage_error(SPEC, "the distributed backend needs both --redis and --pg")
-    end
 
     local auth = require "moongraph.api.auth"
     local keys, kerr = auth.from_env()
@@ -101,16 +93,9 @@ return {
     if lerr then io.stderr:write("moongraph serve: no LLM: ", lerr, "; answering offline\n") end
 
     local data = o.data or ".moongraph"
-    local backend, berr
-    if o.redis then
-      backend, berr = require("moongraph.api.chat_redis").new {
-        redis = o.redis, pg = o.pg, scripts = scripts, prefix = o.prefix,
-      }
-    else
-      backend, berr = require("moongraph.api.chat_embedded").new {
-        data = data, scripts = scripts, llm = llm, concurrency = o.concurrency,
-      }
-    end
+    local backend, berr = require("moongraph.api.chat_embedded").new {
+      data = data, scripts = scripts, llm = llm, concurrency = o.concurrency,
+    }
     if not backend then return fail(berr) end
 
     local limiter = require("moongraph.api.ratelimit").new {
@@ -120,14 +105,12 @@ return {
       keys = keys, heartbeat = o.heartbeat, limiter = limiter, max_message = o.max_message,
     })
 
-    -- The LangGraph Agent API over the same scripts (embedded)
-    if not o.redis then
-      local langgraph = require "moongraph.api.langgraph"
-      local lb, lgerr = require("moongraph.api.embedded").new { data = data, scripts = scripts }
-      if not lb then return fail("the LangGraph API: " .. tostring(lgerr)) end
-      for k, v in pairs(langgraph.routes(lb, { keys = keys, heartbeat = o.heartbeat })) do
-        if routes[k] == nil then routes[k] = v end
-      end
+    -- The LangGraph Agent API over the same scripts
+    local langgraph = require "moongraph.api.langgraph"
+    local lb, lgerr = require("moongraph.api.embedded").new { data = data, scripts = scripts }
+    if not lb then return fail("the LangGraph API: " .. tostring(lgerr)) end
+    for k, v in pairs(langgraph.routes(lb, { keys = keys, heartbeat = o.heartbeat })) do
+      if routes[k] == nil then routes[k] = v end
     end
 
     local server = require "moongraph.server"
