@@ -326,8 +326,14 @@ describe("moongraph serve, API keys and rate limit", function()
       assert.are.equal(429, third.status)
       assert.matches("rate limit", third.json.error)
       assert.is_true(tonumber(third.headers["retry-after"]) >= 1)
+      -- the LangGraph API on the same server shares the key's budget
+      local lg = r:curl { "-X", "POST", "-H", "x-api-key: alice-key-123", "/assistants/search", "-d", "{}" }
+      assert.are.equal(429, lg.status)
+      assert.matches("rate limit", lg.json.detail)
+      assert.is_true(tonumber(lg.headers["retry-after"]) >= 1)
       -- another key has its own bucket
       assert.are.equal(200, r:curl({ "-H", "x-api-key: bob-key-4567", "/chat/conversations" }).status)
+      assert.are.equal(200, r:curl({ "-X", "POST", "-H", "x-api-key: bob-key-4567", "/assistants/search", "-d", "{}" }).status)
     end)
     r:stop()
     assert(ok, err)

@@ -3,6 +3,7 @@
 --
 --   local lgserve = require "lgserve"
 --   local s = lgserve.start{ env = "MOONGRAPH_API_KEYS=..." }  -- serves spec/fixtures/lgapi_agent.lua as "agent"
+--                                                              (no rate limit: one client makes many calls)
 --   s.url  s.pid  s.data
 --   s:sdk("threads" [, key [, other_key]]) -> what spec/support/node/langgraph_client.mjs printed (decoded)
 --   s:curl{ "-X", "POST", "/threads", "-d", "{}" } -> {status, body, json, headers}
@@ -31,7 +32,7 @@ function _M.start(opts)
   local data = tmp.dir("lgserve", "file")
   local errfile = data .. "/stderr"
   local cmd = string.format("sh -c %s 2>%s",
-    quote(string.format("echo $$; exec env %s%s serve --script agent=spec/fixtures/lgapi_agent.lua --port 0 --data %s",
+    quote(string.format("echo $$; exec env %s%s serve --script agent=spec/fixtures/lgapi_agent.lua --port 0 --rate-limit 0 --data %s",
       opts.env and (opts.env .. " ") or "", cli.bin, quote(data .. "/state"))), quote(errfile))
   local fh = assert(io.popen(cmd, "r"))
   local pid = tonumber(fh:read("l"))

@@ -114,11 +114,13 @@ end
 
 --[[ routes(backend [, opts]) -> routes table for server.listen
 opts.keys: {key = user} (moongraph.api.auth), nil for none;
-opts.heartbeat: seconds between comments on idle streams (15). ]]
+opts.heartbeat: seconds between comments on idle streams (15);
+opts.limiter: moongraph.api.ratelimit shared with the other routes of the
+server (one budget per key, or per client address without keys), nil: none. ]]
 function _M.routes(b, opts)
   if type(b) ~= "table" then error("bad argument #1 to 'routes': backend expected", 2) end
   opts = opts or {}
-  local keys = opts.keys
+  local keys, limiter = opts.keys, opts.limiter
   local heartbeat = opts.heartbeat or 15
 
   -- handler(fn, with_body): authenticates, decodes the body, guards errors
@@ -126,6 +128,14 @@ function _M.routes(b, opts)
     return function(req, res)
       local user, st, msg = auth.user(keys, req.headers)
       if st then return problem(st, msg) end
+      if limiter then
+        local ok, retry = limiter:take(keys and user or (req.remote_addr or "?"))
+        if not ok then
+          local p = problem(429, "rate limit exceeded: retry in " .. retry .. " s")
+          p.headers = { ["Content-Type"] = p.headers["Content-Type"], ["Retry-After"] = tostring(retry) }
+          return p
+        end
+      end
       local body
       if with_body then
         local raw = req.body

@@ -109,7 +109,7 @@ return {
     local langgraph = require "moongraph.api.langgraph"
     local lb, lgerr = require("moongraph.api.embedded").new { data = data, scripts = scripts }
     if not lb then return fail("the LangGraph API: " .. tostring(lgerr)) end
-    for k, v in pairs(langgraph.routes(lb, { keys = keys, heartbeat = o.heartbeat })) do
+    for k, v in pairs(langgraph.routes(lb, { keys = keys, heartbeat = o.heartbeat, limiter = limiter })) do
       if routes[k] == nil then routes[k] = v end
     end
 
