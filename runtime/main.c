@@ -57,6 +57,19 @@ static int search_moongraph_path(lua_State *L) {
   return 2;
 }
 
+/* package.searchers entry in place of Lua's own file searcher: the same
+** search of package.path, with compiled chunks kept between processes by
+** moongraph.chunkcache (itself served by the searchers before this one). */
+static int search_lua_files(lua_State *L) {
+  lua_getglobal(L, "require");
+  lua_pushliteral(L, "moongraph.chunkcache");
+  lua_call(L, 1, 1);
+  lua_getfield(L, -1, "searcher");
+  lua_pushvalue(L, 1);
+  lua_call(L, 1, 2);
+  return 2;
+}
+
 /* Insert a searcher at position pos of package.searchers (on the stack top). */
 static void insert_searcher(lua_State *L, int pos) {
   lua_Integer n = luaL_len(L, -2);
@@ -102,6 +115,8 @@ static void setup_package(lua_State *L) {
   lua_pop(L, 1);
 
   lua_getfield(L, -1, "searchers");
+  lua_pushcfunction(L, search_lua_files);
+  lua_rawseti(L, -2, 2);            /* Lua's own file searcher */
   lua_pushcfunction(L, search_embedded);
   insert_searcher(L, 2);
 

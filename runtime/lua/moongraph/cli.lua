@@ -95,7 +95,7 @@ function _M.main(argv)
   elseif cmd == "run" then
     local file = argv[2]
     if not file then return bad_usage("run: missing FILE") end
-    local chunk, err = loadfile(file)
+    local chunk, err = require("moongraph.chunkcache").loadfile(file)
     if not chunk then
       io.stderr:write("moongraph: ", err, "\n")
       return 1
