@@ -30,8 +30,9 @@ COPY tools/ tools/
 COPY runtime/ runtime/
 RUN make
 
-# Runtime stage: the shared libraries the binary links (readelf -d) and the
-# Lua C module it loads, each from a package of tools/debian-packages.txt:
+# Runtime stage: the shared libraries the binary links (readelf -d) or opens
+# on first use (libcurl, libpq: runtime/lazylib.h) and the Lua C module it
+# loads, each from a package of tools/debian-packages.txt:
 #
 #   liblua5.4-0     <- liblua5.4-dev
 #   libuv1          <- libuv1-dev

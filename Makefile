@@ -16,8 +16,10 @@ PKGS     := lua5.4 libuv libcurl hiredis libpq openssl
 CC       ?= cc
 OPT      ?= -O2 -g
 CFLAGS   += $(OPT) -std=gnu11 -Wall -Wextra -fPIC $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+# libcurl and libpq are opened on first use (runtime/lazylib.h), not linked;
 # http-parser ships no pkg-config file
-LDLIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lhttp_parser -lm
+LINKED   := $(filter-out libcurl libpq,$(PKGS))
+LDLIBS   := $(shell pkg-config --libs $(LINKED) 2>/dev/null) -lhttp_parser -lm -ldl
 EDIT_CFLAGS := $(shell pkg-config --cflags libedit 2>/dev/null)
 EDIT_LIBS   := $(shell pkg-config --libs libedit 2>/dev/null)
 DEPS_OK  := $(shell pkg-config --exists $(PKGS) libedit 2>/dev/null && test -f /usr/include/http_parser.h && echo yes)

@@ -35,7 +35,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <curl/curl.h>
+#include "curl_api.h"
 
 #include "mg.h"
 
@@ -198,6 +198,8 @@ static int on_timer_request(CURLM *m, long timeout_ms, void *userp) {
 
 static int ensure_multi(lua_State *L) {
   if (multi) return 1;
+  const char *why = mg_curl_load();
+  if (why) return luaL_error(L, "http: %s", why);
   if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
     return luaL_error(L, "http: curl_global_init failed");
   /* curl_multi_init opens a wake-up socket pair without FD_CLOEXEC; it takes

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <stdio.h>
 #include <math.h>
-#include <libpq-fe.h>
+#include "pq_api.h"
 
 #include "mg.h"
 
@@ -362,6 +362,12 @@ static int l_connect(lua_State *L) {
   const char *info = luaL_checkstring(L, 1);
   double timeout = luaL_optnumber(L, 2, 0);
   mg_check_yieldable(L, "pg.connect");
+  const char *why = mg_pq_load();
+  if (why) {
+    lua_pushnil(L);
+    lua_pushfstring(L, "pg: %s", why);
+    return 2;
+  }
   pgconn *pc = lua_newuserdatauv(L, sizeof *pc, 0);
   memset(pc, 0, sizeof *pc);
   pc->fd = -1;
