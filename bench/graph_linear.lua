@@ -1,8 +1,10 @@
 -- 10-node linear graph: microseconds per superstep.
 -- Each node increments a `last` counter and appends one item to a list.
 --   no checkpointer          (goal: under 5 µs per superstep)
---   file saver, durability async (writes fsync'd on the thread pool; the
---   figure includes the flush before invoke returns)
+--   file saver, durabilities sync and async (appends fdatasync'd on the
+--   thread pool; the figures include the flush before invoke returns),
+--   beside the floor measured in the same run: one append + fdatasync of a
+--   record of the same size to a log (goal: a step <= 1.5x that)
 -- Usage: moongraph run bench/graph_linear.lua [iterations]
 -- Prints lines "graph_linear <case> <value> us/step".
 local mg = require "moongraph"
@@ -60,7 +62,23 @@ local function fresh_thread()
   return { thread_id = "t" .. thread }
 end
 local file_async = best_of(5, per_step(capp, fiters, fresh_thread))
-print(string.format("graph_linear file_async %.2f us/step", file_async * 1e6))
+local sapp = build():compile { checkpointer = saver, durability = "sync" }
+local file_sync = best_of(5, per_step(sapp, fiters, fresh_thread))
+
+-- the floor: one append + fdatasync per step, of a step's checkpoint record
+local store = require("moongraph.core").store
+local record = string.rep("x", 400) .. "\n"
+local log = dir .. "/floor.log"
+local size = 0
+local append_floor = best_of(5, function()
+  local n = fiters * N_NODES
+  local t0 = mg.now()
+  for _ = 1, n do size = assert(store.append(log, record, size)) end
+  return (mg.now() - t0) / n
+end)
+print(string.format("graph_linear append_fdatasync %.2f us/append (the floor)", append_floor * 1e6))
+print(string.format("graph_linear file_async %.2f us/step (%.2fx the floor)", file_async * 1e6, file_async / append_floor))
+print(string.format("graph_linear file_sync %.2f us/step (%.2fx the floor)", file_sync * 1e6, file_sync / append_floor))
 local mem = build():compile { checkpointer = mg.checkpoint.memory(), durability = "async" }
 local memory_async = best_of(10, per_step(mem, fiters * 5, fresh_thread))
 print(string.format("graph_linear memory_async %.2f us/step", memory_async * 1e6))

@@ -3,7 +3,18 @@
 **
 **   store.write(path, data)  atomic replace: temp file, write, fsync, rename,
 **                            fsync of the directory -> true | nil, err, code
-**   store.read(path)         -> contents | nil, err, code
+**   store.append(path, data, expect)
+**                            append to a log: under an exclusive flock, when
+**                            the file (created if missing) is `expect` bytes
+**                            long, write data and fdatasync (and fsync the
+**                            directory of a new file) -> size after | false,
+**                            size now, what others appended since `expect`
+**                            (the whole file if it is shorter: replaced) |
+**                            nil, err, code. A write that fails is cut off
+**                            again; a file that does not end in a newline
+**                            (a record torn by a crash) gets one first, so
+**                            the torn bytes stay a line of their own.
+**   store.read(path [, offset]) -> contents (from byte offset) | nil, err, code
 **   store.list(dir)          -> sorted entry names | nil, err, code
 **   store.mkdir(path)        mkdir -p, each new directory fsync'd into its
 **                            parent -> true | nil, err, code
@@ -44,7 +55,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-enum { OP_WRITE, OP_READ, OP_LIST, OP_MKDIR, OP_REMOVE };
+enum { OP_WRITE, OP_READ, OP_LIST, OP_MKDIR, OP_REMOVE, OP_APPEND };
 
 typedef struct {
   mg_waiter w;             /* first: the cancel callback casts back */
@@ -55,6 +66,9 @@ typedef struct {
   size_t len;
   char **names;            /* list output */
   size_t nnames, cap;
+  off_t offset;            /* read: where to start; append: the expected size */
+  off_t size;              /* append: the size after (or now, when moved) */
+  int moved;               /* append: the file was not `expect` bytes long */
   int err;                 /* errno of the failing step, 0 on success */
   const char *what;        /* the failing step, for the message */
   int done, cancelled;
@@ -93,6 +107,19 @@ static int fsync_dir_of(const char *path) {
   return rc;
 }
 
+static int write_all(int fd, const char *p, size_t len) {
+  size_t off = 0;
+  while (off < len) {
+    ssize_t w = write(fd, p + off, len - off);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    off += (size_t)w;
+  }
+  return 0;
+}
+
 static void do_write(store_op *op) {
   size_t n = strlen(op->path) + 64;
   char *tmp = malloc(n);
@@ -101,16 +128,7 @@ static void do_write(store_op *op) {
            (unsigned long)(uintptr_t)op);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) { fail(op, "create"); free(tmp); return; }
-  size_t off = 0;
-  while (off < op->len) {
-    ssize_t w = write(fd, op->data + off, op->len - off);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      fail(op, "write");
-      goto bad;
-    }
-    off += (size_t)w;
-  }
+  if (write_all(fd, op->data, op->len) < 0) { fail(op, "write"); goto bad; }
   if (fsync(fd) < 0) { fail(op, "fsync"); goto bad; }
   if (close(fd) < 0) { fd = -1; fail(op, "close"); goto bad; }
   fd = -1;
@@ -124,12 +142,59 @@ bad:
   free(tmp);
 }
 
+static void do_append(store_op *op) {
+  int fd = open(op->path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) { fail(op, "open"); return; }
+  /* released by close(); other writers of the log wait here */
+  if (flock(fd, LOCK_EX) < 0) { fail(op, "lock"); close(fd); return; }
+  struct stat st;
+  if (fstat(fd, &st) < 0) { fail(op, "stat"); close(fd); return; }
+  op->size = st.st_size;
+  if (st.st_size != op->offset) {
+    /* what the others appended, read under the lock: whole records only */
+    off_t from = st.st_size > op->offset ? op->offset : 0;
+    size_t n = (size_t)(st.st_size - from);
+    free(op->data);
+    op->data = malloc(n ? n : 1);
+    op->len = 0;
+    op->moved = 1;
+    if (!op->data) { fail(op, "read"); close(fd); return; }
+    while (op->len < n) {
+      ssize_t r = pread(fd, op->data + op->len, n - op->len, from + (off_t)op->len);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) { fail(op, "read"); break; }
+      op->len += (size_t)r;
+    }
+    close(fd);
+    return;
+  }
+  char last = '\n';
+  if (st.st_size > 0 && pread(fd, &last, 1, st.st_size - 1) != 1) {
+    fail(op, "read"); close(fd); return;
+  }
+  if ((last != '\n' && write_all(fd, "\n", 1) < 0) || write_all(fd, op->data, op->len) < 0) {
+    fail(op, "write");
+    int e = op->err;
+    if (ftruncate(fd, st.st_size) < 0) { /* the reader skips a torn line */ }
+    op->err = e;
+    close(fd);
+    return;
+  }
+  if (fdatasync(fd) < 0) { fail(op, "fdatasync"); close(fd); return; }
+  op->size = st.st_size + (off_t)op->len + (last != '\n');
+  close(fd);
+  if (st.st_size == 0 && fsync_dir_of(op->path) < 0) fail(op, "fsync directory of");
+}
+
 static void do_read(store_op *op) {
   int fd = open(op->path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) { fail(op, "open"); return; }
   struct stat st;
   size_t cap = 4096;
-  if (fstat(fd, &st) == 0 && st.st_size > 0) cap = (size_t)st.st_size + 1;
+  if (fstat(fd, &st) == 0 && st.st_size > op->offset) cap = (size_t)(st.st_size - op->offset) + 1;
+  if (op->offset > 0 && lseek(fd, op->offset, SEEK_SET) < 0) {
+    fail(op, "seek"); close(fd); return;
+  }
   char *buf = malloc(cap);
   size_t len = 0;
   if (!buf) { fail(op, "read"); close(fd); return; }
@@ -248,6 +313,7 @@ static void work(uv_work_t *req) {
     case OP_LIST: do_list(op); break;
     case OP_MKDIR: do_mkdir(op); break;
     case OP_REMOVE: remove_tree(op, op->path); break;
+    case OP_APPEND: do_append(op); break;
   }
 }
 
@@ -284,6 +350,16 @@ static int op_done(lua_State *L, int status, lua_KContext ctx) {
   } else if (op->kind == OP_READ) {
     lua_pushlstring(L, op->data, op->len);
     n = 1;
+  } else if (op->kind == OP_APPEND) {
+    if (op->moved) {
+      lua_pushboolean(L, 0);
+      lua_pushinteger(L, (lua_Integer)op->size);
+      lua_pushlstring(L, op->data, op->len);
+      n = 3;
+    } else {
+      lua_pushinteger(L, (lua_Integer)op->size);
+      n = 1;
+    }
   } else if (op->kind == OP_LIST) {
     lua_createtable(L, (int)op->nnames, 0);
     for (size_t i = 0; i < op->nnames; i++) {
@@ -305,18 +381,23 @@ static int start(lua_State *L, int kind, const char *fname) {
   luaL_argcheck(L, plen > 0, 1, "empty path");
   size_t dlen = 0;
   const char *data = NULL;
-  if (kind == OP_WRITE) data = luaL_checklstring(L, 2, &dlen);
+  lua_Integer offset = 0;
+  if (kind == OP_WRITE || kind == OP_APPEND) data = luaL_checklstring(L, 2, &dlen);
+  if (kind == OP_APPEND) offset = luaL_checkinteger(L, 3);
+  if (kind == OP_READ) offset = luaL_optinteger(L, 2, 0);
+  luaL_argcheck(L, offset >= 0, kind == OP_READ ? 2 : 3, "negative offset");
   mg_check_yieldable(L, fname);
   store_op *op = (store_op *)calloc(1, sizeof *op);
   if (!op) return luaL_error(L, "%s: out of memory", fname);
   op->kind = kind;
+  op->offset = (off_t)offset;
   op->path = strdup(path);
   if (data) {
     op->data = malloc(dlen ? dlen : 1);
     if (op->data) memcpy(op->data, data, dlen);
     op->len = dlen;
   }
-  if (!op->path || (kind == OP_WRITE && !op->data)) {
+  if (!op->path || (data && !op->data)) {
     op_free(op);
     return luaL_error(L, "%s: out of memory", fname);
   }
@@ -337,6 +418,7 @@ static int l_read(lua_State *L) { return start(L, OP_READ, "store.read"); }
 static int l_list(lua_State *L) { return start(L, OP_LIST, "store.list"); }
 static int l_mkdir(lua_State *L) { return start(L, OP_MKDIR, "store.mkdir"); }
 static int l_remove(lua_State *L) { return start(L, OP_REMOVE, "store.remove"); }
+static int l_append(lua_State *L) { return start(L, OP_APPEND, "store.append"); }
 
 /* ------------------------------------------------------------ locks */
 
@@ -402,6 +484,7 @@ static const luaL_Reg lock_methods[] = {
 static const luaL_Reg store_funcs[] = {
   {"lock", l_lock},
   {"write", l_write},
+  {"append", l_append},
   {"read", l_read},
   {"list", l_list},
   {"mkdir", l_mkdir},

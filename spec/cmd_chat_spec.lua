@@ -138,11 +138,15 @@ describe("moongraph chat", function()
         assert.are.equal("seed-demo", s.thread_id)
         if i > 1 then assert.matches("previous intent " .. t[3], r.err) end
       end
-      -- the thread lives in file checkpoints under the state directory
-      local p = io.popen("ls " .. cli.quote(dir .. "/seed-demo/root") .. " | grep -c 'json$'")
-      local n = tonumber(p:read("a"))
-      p:close()
-      assert.is_true(n >= 3)
+      -- the thread lives in the file saver's log under the state directory:
+      -- a checkpoint record per step of each turn
+      local f = assert(io.open(dir .. "/seed-demo/root/checkpoints.log"))
+      local n = 0
+      for line in f:lines() do
+        if line:match('^%d+ {"type":"checkpoint"') then n = n + 1 end
+      end
+      f:close()
+      assert.is_true(n >= 3 * 6, n .. " checkpoints")
     end)
 
     it("starts a new thread without --thread and says how to continue it", function()
