@@ -6,7 +6,8 @@ its saver, by durability mode:
   async  one writer task per run issues the writes in order while the run
          goes on; the run waits for all of them at its end. A saver with
          put_batch gets every write queued meanwhile in one call (one
-         transaction, one round trip)
+         transaction, one round trip). A saver whose calls never yield
+         (yields = false) is called at once, as with sync
   exit   the latest checkpoint of each namespace and its writes are kept in
          memory and saved when the run (or subgraph run) ends
 
@@ -203,7 +204,9 @@ function _M.put(run, op, a, b, c)
     a.head_id = run.fork_head
     run.fork_head = nil
   end
-  if mode == "sync" then
+  if mode == "sync" or (mode == "async" and w.saver.yields == false) then
+    -- a saver whose calls never yield is done at once: a writer task
+    -- would only add a queue and two task switches per write
     saver_call(w, op, a, b, c)
   elseif mode == "async" then
     if not w.q then
