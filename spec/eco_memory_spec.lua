@@ -8,6 +8,7 @@ local servers = require "servers"
 local migrations = require "moongraph.worker.migrations"
 local config = require "moongraph.worker.config"
 local memory = require "scripts.eco.memory"
+local profile = require "scripts.eco.profile"
 
 local rsrv, psrv, n = nil, nil, 0
 
@@ -73,6 +74,7 @@ describe("Eco² conversation memory", function()
     assert.equal(3, out.profile.turns)
     assert.equal("location", out.profile.last_intent)
     assert.same({ waste = 2, location = 1 }, out.profile.intents)
+    assert.equal("서울특별시 강남구", out.profile.last_location)
     assert.is_true(out.ttl > 0 and out.ttl <= 86400)
   end)
 
@@ -101,5 +103,101 @@ describe("Eco² conversation memory", function()
     assert.equal("postgres", m.source)
     assert.equal("waste", m.intent)
     assert.equal(2, #m.messages)
+  end)
+
+  describe("the user profile in the Store", function()
+    local function turn(job, intent, location, thread)
+      return { thread_id = thread or "th", user_id = "u1", job_id = job, turn = 1, intent = intent,
+               location = location, message = "q", answer = "a" }
+    end
+
+    it("is kept under {eco, users, user_id} / profile, and a new thread of the user starts from it", function()
+      local url = fresh_db()
+      local item, m = mg.run(function()
+        local db = assert(pg.connect(url))
+        local mem = memory.new { redis = assert(redis.connect(rsrv.url)), db = db, key = config.key_helper("p1") }
+        assert(db:transaction(function(tx) return assert(mem:record(tx, turn("j1", "waste", "부산광역시 해운대구"))) end))
+        assert(db:transaction(function(tx) return assert(mem:record(tx, turn("j2", "location", nil))) end))
+        return mg.store.postgres(db):get({ "eco", "users", "u1" }, "profile"), assert(mem:load("other", "u1"))
+      end)
+      assert.same({ last_location = "부산광역시 해운대구", last_intent = "location",
+                    intents = { waste = 1, location = 1 }, turns = 2 }, item.value)
+      assert.equal("new", m.source)
+      assert.equal(0, m.turn)
+      assert.equal("부산광역시 해운대구", m.location)     -- the profile's, for the new thread
+    end)
+
+    it("is written in the result's transaction: rolled back with it", function()
+      local url = fresh_db()
+      local before, after = mg.run(function()
+        local db = assert(pg.connect(url))
+        local mem = memory.new { redis = assert(redis.connect(rsrv.url)), db = db, key = config.key_helper("p2") }
+        assert(db:transaction(function(tx) return assert(mem:record(tx, turn("j1", "waste", "서울특별시 강남구"))) end))
+        local b = assert(mem:profile("u1"))
+        local ok, err = db:transaction(function(tx)
+          assert(mem:record(tx, turn("j2", "location", "대전광역시 서구")))
+          error("the result could not be stored", 0)
+        end)
+        assert.is_nil(ok)
+        assert.matches("could not be stored", err)
+        return b, assert(mem:profile("u1"))
+      end)
+      assert.same(before, after)
+      assert.same({ last_location = "서울특별시 강남구", last_intent = "waste", intents = { waste = 1 }, turns = 1 }, after)
+    end)
+
+    it("counts every turn when two turns of one user are recorded at once", function()
+      local url = fresh_db()
+      local p = mg.run(function()
+        local dbs, mems = {}, {}
+        for i = 1, 2 do
+          dbs[i] = assert(pg.connect(url))
+          mems[i] = memory.new { redis = assert(redis.connect(rsrv.url)), db = dbs[i], key = config.key_helper("p3") }
+        end
+        local none, err = mems[1]:profile("nobody")     -- an unknown user; the schema is in place
+        assert.is_nil(none)
+        assert.is_nil(err)
+        local tasks = {}
+        for k = 1, 20 do
+          local i = k % 2 + 1
+          tasks[k] = function()
+            assert(dbs[i]:transaction(function(tx)
+              assert(mems[i]:record(tx, turn("j" .. k, k % 4 == 0 and "location" or "waste", nil, "th" .. k)))
+              mg.sleep(0.005)                             -- the transaction stays open a while
+              return true
+            end))
+          end
+        end
+        mg.gather(tasks)
+        return assert(mems[1]:profile("u1"))
+      end)
+      assert.equal(20, p.turns)
+      assert.same({ waste = 15, location = 5 }, p.intents)
+    end)
+
+    it("migration 2 copies the old user_profiles rows into the Store, once, keeping a profile already there", function()
+      n = n + 1
+      local url = psrv:create_database("ecomem" .. n)
+      local copied, again, p, kept = mg.run(function()
+        local db = assert(pg.connect(url))
+        -- the table as migration 1 made it, with a row an earlier version wrote
+        assert(migrations.migrate(db, { { scope = "eco", list = { memory.migrations[1] } } }))
+        assert(db:query([[INSERT INTO user_profiles (user_id, location, turns, last_intent, intents)
+          VALUES ('old', '광주광역시 북구', 7, 'waste', '{"waste": 5, "weather": 2}'::jsonb),
+                 ('newer', NULL, 1, NULL, '{}'::jsonb)]]))
+        local s = mg.store.postgres(db)
+        assert(s:put(profile.namespace("newer"), "profile", { turns = 9, intents = {} }))
+        local applied = assert(migrations.migrate(db, { { scope = "eco", list = memory.migrations } }))
+        local c = 0
+        for _, m in ipairs(applied) do if m.scope == "eco" and m.version == 2 then c = c + 1 end end
+        local n2 = assert(db:transaction(function(tx) return profile.import(tx) end))
+        return c, n2, assert(profile.get(s, "old")), assert(profile.get(s, "newer"))
+      end)
+      assert.equal(1, copied)
+      assert.equal(0, again)                        -- a second run finds every profile there
+      assert.same({ last_location = "광주광역시 북구", last_intent = "waste",
+                    intents = { waste = 5, weather = 2 }, turns = 7 }, p)
+      assert.equal(9, kept.turns)                   -- the Store's own profile is newer
+    end)
   end)
 end)

@@ -316,4 +316,98 @@ describe("postgres store", function()
     assert.has_error(function() store.postgres("postgresql://x/y", { pool = 1 }) end,
       "bad argument #2 to 'postgres' (unknown option 'pool')")
   end)
+
+  describe("on the caller's transaction: s:with(tx)", function()
+    it("writes with the transaction: seen by it at once, by others after COMMIT, never after ROLLBACK", function()
+      mg.run(function()
+        local u = fresh_db()
+        local s = store.postgres(u, { pool_size = 1 })
+        local db = assert(pg.connect(u))
+        assert(pstore.migrate(db))
+        assert(db:exec("CREATE TABLE orders (id int PRIMARY KEY)"))
+        local outside_before
+        assert(db:transaction(function(tx)
+          assert(tx:query("INSERT INTO orders VALUES (1)"))
+          local v = assert(s:with(tx))
+          assert(v:put({ "o" }, "1", { paid = true }))
+          assert.is_true(assert(v:get({ "o" }, "1")).value.paid)
+          outside_before = s:get({ "o" }, "1")              -- another connection
+          return true
+        end))
+        assert.is_nil(outside_before)
+        assert.is_true(assert(s:get({ "o" }, "1")).value.paid)
+        local r, err = db:transaction(function(tx)
+          local v = assert(s:with(tx))
+          assert(v:put({ "o" }, "2", { paid = true }))
+          assert(v:update({ "o" }, "1", function(x) x.paid = false return x end))
+          assert(tx:query("INSERT INTO orders VALUES (1)"))   -- duplicate key: the whole transaction fails
+          return true
+        end)
+        assert.is_nil(r)
+        assert.matches("duplicate key", err)
+        assert.is_nil(s:get({ "o" }, "2"))
+        assert.is_true(assert(s:get({ "o" }, "1")).value.paid)
+        db:close()
+        s.db:close()
+      end)
+    end)
+
+    it("creates its schema on the transaction when the database has none yet", function()
+      mg.run(function()
+        local db = assert(pg.connect(fresh_db()))
+        local s = store.postgres(db)
+        assert(db:transaction(function(tx)
+          return assert(assert(s:with(tx)):put({ "a" }, "k", { v = 1 }))
+        end))
+        assert.equal(1, assert(s:get({ "a" }, "k")).value.v)
+        db:close()
+      end)
+    end)
+
+    it("updates from two processes' transactions on one item both count: the second waits for the first", function()
+      mg.run(function()
+        local u = fresh_db()
+        local a, b = assert(pg.connect(u)), assert(pg.connect(u))
+        local sa, sb = store.postgres(a), store.postgres(b)
+        assert(sa:put({ "warm" }, "up", {}))
+        local inc = function(v) v = v or { n = 0 } v.n = v.n + 1 return v end
+        local a_read, b_done = mg.queue(), false
+        local ta = mg.spawn(function()
+          return a:transaction(function(tx)
+            local v = assert(sa:with(tx))
+            assert(v:update({ "u" }, "n", function(x)
+              a_read:put(true)
+              mg.sleep(0.2)                   -- b starts its update meanwhile
+              assert.is_false(b_done)
+              return inc(x)
+            end))
+            return true
+          end)
+        end)
+        local tb = mg.spawn(function()
+          a_read:get()
+          local r = b:transaction(function(tx)
+            return assert(assert(sb:with(tx)):update({ "u" }, "n", inc))
+          end)
+          b_done = true
+          return r
+        end)
+        assert.same({ true, true }, { ta:join() })
+        assert.same({ true, { n = 2 } }, { tb:join() })
+        assert.equal(2, assert(sa:get({ "u" }, "n")).value.n)
+        -- without a transaction of the caller's, update makes its own
+        mg.gather { function() assert(sa:update({ "u" }, "n", inc)) end,
+                    function() assert(sb:update({ "u" }, "n", inc)) end }
+        assert.equal(4, assert(sb:get({ "u" }, "n")).value.n)
+        a:close()
+        b:close()
+      end)
+    end)
+
+    it("rejects what is not a transaction", function()
+      local s = store.postgres("postgresql://x/y")
+      assert.has_error(function() s:with(42) end,
+        "bad argument #1 to 'with' (moongraph.pg transaction or connection expected, got number)")
+    end)
+  end)
 end)

@@ -95,19 +95,60 @@ describe("worker migrations", function()
       local r = assert(db:query("SELECT count(*)::int AS n FROM messages WHERE thread_id = 'old-conv'"))
       return x, u, recorded(db), r[1].n
     end)
+    local prof = mg.run(function()
+      return require("scripts.eco.profile").get(mg.store.postgres(assert(pg.connect(url))), "old-user")
+    end)
     -- the Eco² tables were there: its migration 1 is recorded, the data
     -- kept; the worker's thread fences are new
     assert.same({ { scope = "worker", version = 3, name = "thread fences" },
-                  { scope = "eco", version = 1, name = "conversation memory and user profiles" } }, applied)
+                  { scope = "eco", version = 1, name = "conversation memory and user profiles" },
+                  { scope = "eco", version = 2, name = "user profiles in the Store" } }, applied)
     assert.same({}, unknown)                 -- worker:2 is retired, not unknown
-    assert.same({ "eco:1", "worker:1", "worker:2", "worker:3" }, rec)
+    assert.same({ "eco:1", "eco:2", "worker:1", "worker:2", "worker:3" }, rec)
     assert.equal(2, rows)
+    -- the old profile row, now in the Store
+    assert.same({ last_location = "서울특별시 강남구", last_intent = "waste", intents = { waste = 1 }, turns = 1 }, prof)
     -- the record table is keyed by scope and version now
     local pk = psrv:psql([[
 SELECT string_agg(a.attname, ',' ORDER BY a.attname) FROM pg_index i
 JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY (i.indkey)
 WHERE i.indrelid = 'moongraph_worker_migrations'::regclass AND i.indisprimary]], name)
     assert.equal("scope,version", pk)
+  end)
+
+  it("runs a Lua step with the migration's transaction: its failure rolls the whole migration back", function()
+    local url = fresh_db()
+    local steps = function(fail)
+      return { { scope = "app", list = {
+        { version = 1, name = "table", sql = "CREATE TABLE app_t (n int)" },
+        { version = 2, name = "rows", run = function(tx)
+          assert(tx:query("INSERT INTO app_t VALUES (1), (2)"))
+          if fail then return nil, "the copy failed" end
+          return true
+        end } } } }
+    end
+    local failed, err, n, applied = mg.run(function()
+      local db = assert(pg.connect(url))
+      local a, e = migrations.migrate(db, steps(true))
+      local t = assert(db:query("SELECT to_regclass('app_t')::text AS t"))[1].t
+      local ok = assert(migrations.migrate(db, steps(false)))
+      return a, e, { t == pg.null, assert(db:query("SELECT count(*)::int AS n FROM app_t"))[1].n }, ok
+    end)
+    assert.is_nil(failed)
+    assert.matches("migration 2 %(rows%) of scope 'app' failed: the copy failed", err)
+    assert.same({ true, 2 }, n)              -- nothing of the failed run stayed
+    local app = {}
+    for _, m in ipairs(applied) do if m.scope == "app" then app[#app + 1] = m.version end end
+    assert.same({ 1, 2 }, app)               -- the failed run recorded nothing
+  end)
+
+  it("refuses a step with both sql and run, or a run that is not a function", function()
+    local ok, err = migrations.check("app", { { version = 1, name = "x", sql = "SELECT 1", run = function() end } })
+    assert.is_nil(ok)
+    assert.matches("give sql or run, not both", err)
+    ok, err = migrations.check("app", { { version = 1, name = "x", run = "SELECT 1" } })
+    assert.is_nil(ok)
+    assert.matches("run must be a function", err)
   end)
 
   it("leaves recorded versions it does not list alone, and reports them", function()

@@ -95,8 +95,10 @@ describe("moongraph worker", function()
       local r3 = assert(results.get(db, j3))
       assert.equal(1, r3.state.turn)
       assert.equal("서울특별시 강남구", r3.state.user_location)
-      local prof = assert(db:query("SELECT turns, last_intent FROM user_profiles WHERE user_id = 'u-1'"))[1]
+      local prof = assert(require("scripts.eco.profile").get(mg.store.postgres(db), "u-1"))
       assert.equal(3, prof.turns)
+      assert.equal("서울특별시 강남구", prof.last_location)
+      assert.equal(0, assert(db:query("SELECT count(*)::int AS n FROM user_profiles"))[1].n)  -- the old table, unwritten
       -- the stored state leaves the memory keys to the memory
       assert.is_nil(r1.state.messages)
       -- L1: the conversation's recent messages under the worker's prefix

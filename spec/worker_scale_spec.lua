@@ -64,6 +64,15 @@ local function check_exactly_once(r, db, ids, script)
   local got = assert(db:query(rec.sql))[1]
   assert.equal(rec.per_job * #ids, got.n)
   assert.equal(#ids, got.jobs)
+  if script == "chat" then
+    -- every answered turn counted once in its user's profile, 17 users
+    -- updated by three workers at once
+    local profiles = assert(mg.store.postgres(db):search({ "eco", "users" }, { limit = 100 }))
+    local turns = 0
+    for _, it in ipairs(profiles) do turns = turns + it.value.turns end
+    assert.equal(17, #profiles)
+    assert.equal(#ids, turns)
+  end
   assert.equal(0, r:call("XLEN", "moongraph:jobs"))
   assert.equal(0, r:call("XPENDING", "moongraph:jobs", "moongraph")[1])
   assert.equal(0, r:call("XLEN", "moongraph:jobs:dead"))
@@ -71,7 +80,7 @@ end
 
 local function reset(r, db)
   local tables = { "job_results" }
-  for _, t in ipairs { "messages", "conversations", "user_profiles", "stepspec_turns" } do
+  for _, t in ipairs { "messages", "conversations", "user_profiles", "stepspec_turns", "moongraph_store" } do
     if assert(db:query("SELECT to_regclass($1)::text AS t", { t }))[1].t == t then tables[#tables + 1] = t end
   end
   assert(db:exec("TRUNCATE " .. table.concat(tables, ", ")))

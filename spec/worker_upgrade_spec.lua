@@ -42,21 +42,24 @@ describe("moongraph worker on a database made by an earlier version", function()
       local msgs = assert(db:query("SELECT turn, role, job_id FROM messages WHERE thread_id = 'old-conv' ORDER BY id"))
       assert.equal(4, #msgs)
       assert.same({ 2, "user", "new-j2" }, { msgs[3].turn, msgs[3].role, msgs[3].job_id })
-      local prof = assert(db:query("SELECT turns FROM user_profiles WHERE user_id = 'old-user'"))[1]
-      assert.equal(2, prof.turns)
+      -- the old profile row was copied into the Store, and the turn counted there
+      local prof = assert(require("scripts.eco.profile").get(mg.store.postgres(db), "old-user"))
+      assert.same({ 2, { waste = 2 } }, { prof.turns, prof.intents })
+      local old = assert(db:query("SELECT turns FROM user_profiles WHERE user_id = 'old-user'"))[1]
+      assert.equal(1, old.turns)                                 -- no longer written, still readable
       -- the old result is still there, and the migrations are recorded once each
       assert.equal("done", assert(results.get(db, "old-j1")).status)
       local rec = assert(db:query("SELECT scope, version FROM moongraph_worker_migrations ORDER BY scope, version"))
       local got = {}
       for i, m in ipairs(rec) do got[i] = m.scope .. ":" .. m.version end
-      assert.same({ "eco:1", "worker:1", "worker:2", "worker:3" }, got)
+      assert.same({ "eco:1", "eco:2", "worker:1", "worker:2", "worker:3" }, got)
     end)
     w:signal("TERM")
     mg.run(function() assert.equal(0, w:wait()) end)
     local applied = {}
     for i, l in ipairs(w:logged("migration applied")) do applied[i] = l.scope .. ":" .. math.tointeger(l.version) end
     table.sort(applied)
-    assert.same({ "eco:1", "worker:3" }, applied)
+    assert.same({ "eco:1", "eco:2", "worker:3" }, applied)
     assert.same({}, w:logged("does not list"))
   end)
 end)

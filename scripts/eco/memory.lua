@@ -5,11 +5,14 @@
 --                 PREFIX:memory:<thread_id>:recent   list: the last messages (JSON)
 --                 both expire `ttl` seconds (24 h) after the thread's last turn
 --   L2  Postgres  conversations (turn, last intent, summary), messages (the
---                 full history), user_profiles (location, turn count, intents)
+--                 full history)
+--   the user's profile (last location, intent counts, turns) is an item of
+--   the Store on the same database (scripts/eco/profile.lua)
 --
 -- (The third tier is the run's own state, checkpointed while a job runs.)
 --
---   local mem = memory.new{ redis = r, db = pool, key = env.key, ttl = 86400, recent = 12 }
+--   local mem = memory.new{ redis = r, db = pool, store = mg.store.postgres(pool),
+--                           key = env.key, ttl = 86400, recent = 12 }
 --     -- key(...) -> "PREFIX:a:b" (the worker's key helper; default prefix "moongraph")
 --   local m, err = mem:load(thread_id, user_id)
 --     -- m = { source = "redis"|"postgres"|"new", turn, intent, location, summary,
@@ -22,6 +25,8 @@
 -- Redis is unreachable; a Postgres failure is returned as nil, err.
 
 local pg = require "moongraph.pg"
+local store_mod = require "moongraph.store"
+local profile = require "scripts.eco.profile"
 local json = require "moongraph.json"
 local cjson = require("cjson.safe").new()
 
@@ -35,7 +40,9 @@ Mem.__index = Mem
 -- The L2 schema, versioned (applied by the worker in the scope "eco").
 -- Version 1 is safe on a database that already has these tables: they were
 -- created, identically, by the worker itself before the memory became this
--- application's.
+-- application's. Its user_profiles table is no longer written: version 2
+-- copies its rows into the Store, where profiles are kept since (the table
+-- stays, with what it held).
 _M.migrations = {
   {
     version = 1,
@@ -73,6 +80,15 @@ CREATE TABLE IF NOT EXISTS user_profiles (
 );
 ]],
   },
+  {
+    version = 2,
+    name = "user profiles in the Store",
+    run = function(tx)
+      local n, err = profile.import(tx)
+      if not n then return nil, err end
+      return true
+    end,
+  },
 }
 
 local function default_key(...)
@@ -82,6 +98,7 @@ end
 function _M.new(opts)
   return setmetatable({
     redis = opts.redis, db = opts.db, keyf = opts.key or default_key,
+    store = opts.store or store_mod.postgres(opts.db),
     ttl = opts.ttl or 86400, recent = opts.recent or 12, log = opts.log,
   }, Mem)
 end
@@ -134,15 +151,15 @@ end
 -- L2 only: m (source "postgres", or "new" for an unknown thread) | nil, err
 function Mem:load_l2(thread_id, user_id)
   local rows, err = self.db:query([[
-SELECT c.turn, c.last_intent, c.summary::text AS summary, p.location
-FROM (SELECT $1::text AS thread_id, $2::text AS user_id) x
-LEFT JOIN conversations c ON c.thread_id = x.thread_id
-LEFT JOIN user_profiles p ON p.user_id = x.user_id]], { thread_id, user_id })
+SELECT turn, last_intent, summary::text AS summary FROM conversations WHERE thread_id = $1]], { thread_id })
   if not rows then return nil, err end
+  local p
+  p, err = profile.get(self.store, user_id)
+  if err then return nil, err end
   local r = rows[1] or {}
   local m = {
     source = nz(r.turn) and "postgres" or "new",
-    turn = nz(r.turn) or 0, intent = nz(r.last_intent), location = nz(r.location),
+    turn = nz(r.turn) or 0, intent = nz(r.last_intent), location = p and p.last_location,
     summary = decode_json(nz(r.summary)), messages = {},
   }
   if m.source == "postgres" and self.recent > 0 then
@@ -230,17 +247,13 @@ INSERT INTO messages (thread_id, turn, role, content, intent, job_id)
 VALUES ($1, $2, 'user', $3, $4, $5), ($1, $2, 'assistant', $6, $4, $5)
 ON CONFLICT DO NOTHING]], { t.thread_id, t.turn, t.message, arg(t.intent), t.job_id, t.answer or "" })
   if not ok then return nil, err end
-  ok, err = tx:query([[
-INSERT INTO user_profiles (user_id, location, turns, last_intent, intents)
-VALUES ($1, $2, 1, $3, CASE WHEN $3::text IS NULL THEN '{}'::jsonb ELSE jsonb_build_object($3::text, 1) END)
-ON CONFLICT (user_id) DO UPDATE SET
-  location = COALESCE(EXCLUDED.location, user_profiles.location),
-  turns = user_profiles.turns + 1,
-  last_intent = COALESCE(EXCLUDED.last_intent, user_profiles.last_intent),
-  intents = CASE WHEN EXCLUDED.last_intent IS NULL THEN user_profiles.intents
-            ELSE jsonb_set(user_profiles.intents, ARRAY[EXCLUDED.last_intent],
-                   to_jsonb(COALESCE((user_profiles.intents ->> EXCLUDED.last_intent)::int, 0) + 1)) END,
-  last_seen = now()]], { t.user_id, arg(t.location), arg(t.intent) })
+  -- the profile through the Store on tx: a read-modify-write under the
+  -- item's advisory lock (held until tx ends), so the merge stays in Lua
+  -- beside the profile's shape and the Store's table stays the Store's
+  local view
+  view, err = self.store:with(tx)
+  if not view then return nil, err end
+  ok, err = profile.record(view, t.user_id, { location = t.location, intent = t.intent })
   if not ok then return nil, err end
   return true
 end
@@ -257,18 +270,9 @@ function _M.after(m, t)
   }
 end
 
--- The user's profile row (for inspection and specs) | nil | nil, err
+-- The user's profile (scripts/eco/profile.lua) | nil | nil, err
 function Mem:profile(user_id)
-  local rows, err = self.db:query([[
-SELECT user_id, location, turns, last_intent, intents::text AS intents
-FROM user_profiles WHERE user_id = $1]], { user_id })
-  if not rows then return nil, err end
-  local r = rows[1]
-  if not r then return nil end
-  r.intents = decode_json(r.intents) or {}
-  r.location = nz(r.location)
-  r.last_intent = nz(r.last_intent)
-  return r
+  return profile.get(self.store, user_id)
 end
 
 return _M

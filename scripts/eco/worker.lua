@@ -3,7 +3,9 @@
 --
 --   L1  Redis     PREFIX:memory:<thread_id> (+ :recent): the thread's turn, last
 --                 intent, location, summary and recent messages
---   L2  Postgres  conversations, messages, user_profiles (scripts/eco/memory.lua)
+--   L2  Postgres  conversations, messages (scripts/eco/memory.lua), and the
+--                 user's profile in the Store: namespace {"eco", "users",
+--                 user_id}, key "profile" (scripts/eco/profile.lua)
 --   L3  the run's state, checkpointed by the worker while the job runs
 --
 -- A job's input is { message = "...", user_location = "..." (optional) }
@@ -23,6 +25,7 @@
 --   _M.worker = require "scripts.eco.worker"
 local memory = require "scripts.eco.memory"
 local json = require "moongraph.json"
+local store_mod = require "moongraph.store"
 
 local type, tostring, tonumber, pairs, error = type, tostring, tonumber, pairs, error
 local math_tointeger = math.tointeger
@@ -49,8 +52,17 @@ local RECENT = setting("MOONGRAPH_MEMORY_RECENT", 12, 0)
 
 local function absent(v) return v == nil or v == json.null end
 
+-- One Store per database pool: a store checks its schema on first use only.
+local stores = setmetatable({}, { __mode = "k" })
+
 local function mem_of(env)
-  return memory.new { redis = env.redis, db = env.db, key = env.key, ttl = TTL, recent = RECENT, log = env.log }
+  local s = stores[env.db]
+  if not s then
+    s = store_mod.postgres(env.db)
+    stores[env.db] = s
+  end
+  return memory.new { redis = env.redis, db = env.db, store = s, key = env.key, ttl = TTL, recent = RECENT,
+                      log = env.log }
 end
 
 -- The run's input: the message, the location and what memory knows. A job
@@ -95,7 +107,8 @@ function _M.result(state)
            event = { intent = type(state.intent) == "string" and state.intent or nil } }
 end
 
--- An answered turn into L2, in the worker's transaction (once per job).
+-- An answered turn into L2 and the user's profile, in the worker's
+-- transaction (once per job: a redelivered job counts once).
 function _M.record(tx, job, state, result, env)
   if result.status ~= "done" or job.user_id == nil then return true end
   local before = env.scratch.memory

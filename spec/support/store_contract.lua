@@ -586,6 +586,81 @@ return function(name, make, env)
       end)
     end)
 
+    describe("update", function()
+      local function count(v)
+        v = v or { n = 0 }
+        v.n = v.n + 1
+        return v
+      end
+
+      it("creates the item, then changes what it reads", function()
+        with_store(function(s)
+          assert.same({ n = 1 }, s:update({ "u", "1" }, "c", count))
+          assert.same({ n = 2 }, s:update({ "u", "1" }, "c", count))
+          local item = assert(s:get({ "u", "1" }, "c"))
+          assert.equal(2, item.value.n)
+          assert.is_true(item.created_at <= item.updated_at)
+        end)
+      end)
+
+      it("64 tasks updating one key, each yielding between read and write: all 64 count", function()
+        with_store(function(s)
+          local tasks = {}
+          for i = 1, 64 do
+            tasks[i] = function()
+              assert(s:update({ "race" }, "n", function(v)
+                mg.sleep(0)                     -- another task runs here
+                v = v or { n = 0, by = {} }
+                v.n = v.n + 1
+                v.by[#v.by + 1] = i
+                return v
+              end))
+            end
+          end
+          mg.gather(tasks)
+          local v = assert(s:get({ "race" }, "n")).value
+          assert.equal(64, v.n)
+          assert.equal(64, #v.by)
+        end)
+      end)
+
+      it("writes nothing when fn returns nil, fails whole when fn raises or returns what cannot be kept", function()
+        with_store(function(s)
+          assert(s:put({ "u" }, "k", { n = 1 }))
+          assert.is_false(s:update({ "u" }, "k", function() return nil end))
+          local r, err = s:update({ "u" }, "k", function() error("no such intent", 0) end)
+          assert.is_nil(r)
+          assert.matches("no such intent", err)
+          r, err = s:update({ "u" }, "k", function() return { f = print } end)
+          assert.is_nil(r)
+          assert.matches("cannot be stored: .*value.f", err)
+          assert.same({ n = 1 }, assert(s:get({ "u" }, "k")).value)
+        end)
+      end)
+
+      it("puts with the given options", function()
+        with_store(function(s, ctx)
+          assert(s:update({ "u" }, "short", count, { ttl = 1 }))
+          assert(s:update({ "u" }, "long", count))
+          ctx.age(120)
+          assert.is_nil(s:get({ "u" }, "short"))
+          assert.equal(1, assert(s:get({ "u" }, "long")).value.n)
+        end)
+      end)
+
+      it("raises bad argument errors naming the argument", function()
+        with_store(function(s)
+          local ok, err = pcall(s.update, s, { "u" }, "k", "not a function")
+          assert.is_false(ok)
+          assert.matches("bad argument #3 to 'update' %(function expected, got string%)", err)
+          ok, err = pcall(s.update, s, {}, "k", count)
+          assert.matches("bad argument #1 to 'update' %(namespace must not be empty%)", err)
+          ok, err = pcall(s.update, s, { "u" }, "k", count, { bogus = 1 })
+          assert.matches("bad argument #4 to 'update' %(unknown option 'bogus'%)", err)
+        end)
+      end)
+    end)
+
     describe("misuse", function()
       it("raises bad argument errors naming the argument", function()
         with_store(function(s)

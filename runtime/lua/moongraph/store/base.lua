@@ -403,7 +403,61 @@ function methods:batch(ops)
   return self:_batch(list)
 end
 
+--[[ s:update(namespace, key, fn [, {ttl =, index =}]) -> value | false | nil, err
+Read, change and write one item: fn(value or nil) returns the item's new
+value (put, as with s:put) or nil to leave it as it is (update returns
+false). Updates of one item are serialized, in this process and (on
+PostgreSQL) across processes: two updates never both read the same value.
+A plain put meanwhile is not waited for. fn may yield; an error it raises,
+or a value the store cannot keep, is returned as nil, err with nothing
+written. ]]
+function methods:update(namespace, key, fn, opts)
+  check_self(self, "update")
+  local get = get_op(self, namespace, key, { refresh_ttl = false }, "update", 1, 3)
+  if type(fn) ~= "function" then bad("update", 3, "function expected, got " .. type(fn), 3) end
+  put_op(self, namespace, key, {}, opts, "update", 1, 3)     -- the options, checked now
+  return self:_update(get, fn, opts)
+end
+
 ---------------------------------------------------------------- for backends
+
+-- update_write(store, get, fn, item, opts) -> checked put op, value | false | nil, err:
+-- what fn makes of the item an update read.
+function _M.update_write(store, get, fn, item, opts)
+  local ok, v = pcall(fn, item and item.value or nil)
+  if not ok then return nil, "update: " .. tostring(v) end
+  if v == nil then return false end
+  local pok, op = pcall(put_op, store, get.ns, get.key, v, opts, "update", 1, 1)
+  if not pok then
+    return nil, "update: the new value cannot be stored: " .. tostring(op):gsub("^[^\n]-:%d+: ", "")
+  end
+  return op, v
+end
+
+-- key_lock(locks, id) -> guard: a mutex per id among this process's tasks,
+-- released when the guard goes out of scope (a <close> variable).
+function _M.key_lock(locks, id)
+  local l = locks[id]
+  if not l then
+    l = { q = require("moongraph.tasks").queue(), n = 0 }
+    l.q:put(true)
+    locks[id] = l
+  end
+  l.n = l.n + 1
+  local function leave()
+    l.n = l.n - 1
+    if l.n == 0 and locks[id] == l then locks[id] = nil end
+  end
+  local ok, got = pcall(l.q.get, l.q)
+  if not ok or not got then
+    leave()
+    error(ok and "store: lock wait ended: closed" or got, 0)
+  end
+  return setmetatable({}, { __close = function()
+    l.q:put(true)
+    leave()
+  end })
+end
 
 -- Writes of a batch, deduplicated: the last put or delete of each key.
 function _M.last_writes(ops)

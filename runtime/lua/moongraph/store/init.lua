@@ -12,6 +12,8 @@ strings) and a key; nodes reach the graph's store as ctx.store.
   s:delete(namespace, key)
   s:search(prefix [, {filter =, query =, limit = 10, offset = 0, refresh_ttl =}]) -> items
   s:list_namespaces{prefix =, suffix =, max_depth =, limit = 100, offset = 0} -> namespaces
+  s:update(namespace, key, fn [, {ttl =, index =}]) -> new value | false (fn returned nil)
+  s:with(tx) -> the PostgreSQL store on the caller's transaction
   s:batch{ {op = "get", namespace =, key =}, {op = "put", ...}, ... } -> results
   s:sweep() -> number of expired items removed
 

@@ -313,6 +313,19 @@ function store:_batch(ops)
   return results
 end
 
+-- An update holds the item's lock from its read to its write, so it may
+-- yield between them (fn, an embed call) without losing another update.
+function store:_update(get, fn, opts)
+  local guard <close> = base.key_lock(self.locks, base.write_id(get.nskey, get.key))
+  local res, err = self:_batch({ get })
+  if not res then return nil, err end
+  local put, v = base.update_write(self, get, fn, res[1], opts)
+  if not put then return put, v end
+  res, err = self:_batch({ put })
+  if not res then return nil, err end
+  return v
+end
+
 --[[ s:sweep() -> number of expired items removed ]]
 function store:sweep()
   local now = self.clock()
@@ -341,7 +354,7 @@ function _M.new(opts)
   if opts.clock ~= nil and type(opts.clock) ~= "function" then
     base.bad("memory", 1, "clock must be a function returning seconds", 3)
   end
-  local s = base.new({ data = {}, clock = opts.clock or wall, next_sweep = -math.huge },
+  local s = base.new({ data = {}, locks = {}, clock = opts.clock or wall, next_sweep = -math.huge },
     mt, opts, "memory", 1, 3)
   s.ttl_used = s.ttl_config.default_ttl ~= nil
   return s

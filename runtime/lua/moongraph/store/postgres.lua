@@ -24,6 +24,10 @@ query built with $n parameters only. One round trip, atomic; its reads see
 the database as it was when the statement began (as LangGraph's batch:
 reads before writes).
 
+s:with(tx) is the store on a caller's transaction (moongraph.pg): its
+statements are tx's, and its update holds the item's advisory lock until
+tx ends.
+
 Migrations run once per store object, on first use, in one transaction
 under an advisory lock of their own (moongraph_store_migrations), so any
 number of processes may start at once on an empty database.
@@ -585,6 +589,89 @@ function store:_batch(ops)
   return results
 end
 
+---------------------------------------------------------------- transactions
+
+-- "mgstitem" as a big-endian int8: the seed of the items' advisory locks
+local ITEM_LOCK_SEED = string.unpack(">i8", "mgstitem")
+
+-- Has every migration been applied (and committed) already? -> bool | nil, err
+local function schema_current(db)
+  local rows, err = db:query("SELECT to_regclass('moongraph_store_migrations') IS NOT NULL AS t")
+  if not rows then return nil, err end
+  if not rows[1].t then return false end
+  rows, err = db:query("SELECT version FROM moongraph_store_migrations")
+  if not rows then return nil, err end
+  local have = {}
+  for _, r in ipairs(rows) do have[r.version] = true end
+  for _, m in ipairs(_M.migrations) do
+    if not have[m.version] then return false end
+  end
+  return true
+end
+
+-- A view of store `s` whose statements run on `tx`: it shares s's
+-- configuration and leaves sweeping to s (a caller's transaction should
+-- hold its own writes only).
+local function view(s, tx)
+  return setmetatable({ db = tx, in_tx = true, ready = true, next_sweep = math.huge, parent = s,
+    ttl_seen = s.ttl_seen, ttl_config = s.ttl_config, index = s.index, _index_mod = s._index_mod }, mt)
+end
+
+--[[ s:with(tx) -> view | nil, err
+The store on the caller's transaction (or connection): the view's reads
+and writes are statements of tx, committed or rolled back with it, so an
+item can be written atomically with the caller's own rows. ]]
+function store:with(tx)
+  if type(tx) ~= "table" or type(tx.query) ~= "function" or type(tx.transaction) ~= "function" then
+    base.bad("with", 1, "moongraph.pg transaction or connection expected, got " .. type(tx), 3)
+  end
+  local s = self.parent or self
+  if not s.ready then
+    -- asked on tx itself: the caller may hold the pool's last connection
+    local current, err = schema_current(tx)
+    if current == nil then return nil, "store schema: " .. tostring(err) end
+    if current then
+      s.ready = true
+    else
+      -- created in tx (a savepoint): other users of the store wait for tx to end
+      local n
+      n, err = _M.migrate(tx)
+      if not n then return nil, "store schema: " .. tostring(err) end
+    end
+  end
+  return view(s, tx)
+end
+
+-- The item's transaction-scoped advisory lock (keyed by a hash of its
+-- namespace and key; a collision only makes two items wait for each
+-- other), then read, change, write: all on the view's transaction. The
+-- lock rather than SELECT ... FOR UPDATE because the item may not exist
+-- yet, and two first writers must not both start from nothing.
+local function locked_update(v, get, fn, opts)
+  local ok, err = v.db:query("SELECT pg_advisory_xact_lock(hashtextextended($1, $2))",
+    { jlabels(get.ns) .. jstr(get.key), ITEM_LOCK_SEED })
+  if not ok then return nil, "store: " .. tostring(err) end
+  local res
+  res, err = v:_batch({ get })
+  if not res then return nil, err end
+  local put, value = base.update_write(v, get, fn, res[1], opts)
+  if not put then return put, value end
+  res, err = v:_batch({ put })
+  if not res then return nil, err end
+  return value
+end
+
+function store:_update(get, fn, opts)
+  if self.in_tx then return locked_update(self, get, fn, opts) end
+  local ok, err = ready(self)
+  if not ok then return nil, err end
+  return self.db:transaction(function(tx)
+    local r, uerr = locked_update(view(self, tx), get, fn, opts)
+    if r == nil then error(uerr, 0) end
+    return r
+  end)
+end
+
 --[[ s:sweep() -> number of expired items deleted | nil, err ]]
 function store:sweep()
   local ok, err = ready(self)
@@ -595,6 +682,7 @@ function store:sweep()
 end
 
 function mt.__tostring(self)
+  if self.in_tx then return "moongraph.store.postgres (on " .. tostring(self.db) .. ")" end
   return "moongraph.store.postgres (" .. tostring(self.db) .. ")"
 end
 

@@ -4,6 +4,8 @@
 --   local migrations = require "moongraph.worker.migrations"
 --   local applied, err, permanent = migrations.migrate(db [, scopes])
 --     -- scopes: { {scope = "app", list = { {version=, name=, sql=}, ... }}, ... }
+--     -- an entry may have run = function(tx) -> true | nil, err instead of
+--     -- sql: Lua that migrates data through the transaction (one step of it)
 --     -- applied: { {scope=, version=, name=}, ... } newly applied
 --     -- (also returns `unknown`: { {scope=, version=, name=}, ... } recorded
 --     --  versions no list names, e.g. applied by a newer worker)
@@ -113,7 +115,7 @@ function _M.check(scope, list, retired)
   local last = 0
   for i, m in ipairs(list) do
     local where = format("migration #%d of scope '%s'", i, scope)
-    if type(m) ~= "table" then return nil, where .. " must be a table {version, name, sql}" end
+    if type(m) ~= "table" then return nil, where .. " must be a table {version, name, sql or run}" end
     if math_type(m.version) ~= "integer" or m.version < 1 then
       return nil, where .. ": version must be a positive integer"
     end
@@ -124,7 +126,12 @@ function _M.check(scope, list, retired)
       return nil, format("%s: version %d was used before (%s); take a new one", where, m.version, retired[m.version])
     end
     if type(m.name) ~= "string" or m.name == "" then return nil, where .. ": name must be a non-empty string" end
-    if type(m.sql) ~= "string" or not m.sql:find("%S") then return nil, where .. ": sql must be SQL text" end
+    if m.run ~= nil then
+      if type(m.run) ~= "function" then return nil, where .. ": run must be a function(tx)" end
+      if m.sql ~= nil then return nil, where .. ": give sql or run, not both" end
+    elseif type(m.sql) ~= "string" or not m.sql:find("%S") then
+      return nil, where .. ": sql must be SQL text (or run a function(tx))"
+    end
     last = m.version
   end
   return true
@@ -172,7 +179,16 @@ function _M.migrate(db, scopes)
         listed[k] = true
         if not have[k] then
           local state
-          ok, err, state = tx:exec(m.sql)
+          if m.run then
+            local rok, r, rerr, rstate = pcall(m.run, tx)
+            if not rok then
+              ok, err, state = nil, r, "XX000"          -- a raised error: the step's own fault
+            else
+              ok, err, state = r, rerr, rstate
+            end
+          else
+            ok, err, state = tx:exec(m.sql)
+          end
           if not ok then
             local msg = format("migration %d (%s) of scope '%s' failed: %s", m.version, m.name, s.scope,
               tostring(err))

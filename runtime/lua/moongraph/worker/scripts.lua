@@ -9,7 +9,7 @@
 -- and the hooks (every one optional; docs/worker.md has the contract):
 --
 --   scope       a name for the script's own schema (required with migrations)
---   migrations  { {version=, name=, sql=}, ... }: its Postgres schema, applied
+--   migrations  { {version=, name=, sql= | run=}, ... }: its Postgres schema, applied
 --               at start and on reload by moongraph.worker.migrations
 --   input(job, env) -> run input | nil, err        for a new run (default job.input)
 --   result(state, job) -> { answer=, state=, event= }   what is stored
@@ -103,7 +103,11 @@ local function same_list(a, b)
   if a == b then return true end
   if #a ~= #b then return false end
   for i = 1, #a do
-    if a[i].version ~= b[i].version or a[i].name ~= b[i].name or a[i].sql ~= b[i].sql then return false end
+    -- a run step (Lua) is known by its version and name: each script may hold its own copy of the function
+    if a[i].version ~= b[i].version or a[i].name ~= b[i].name or a[i].sql ~= b[i].sql
+        or (a[i].run == nil) ~= (b[i].run == nil) then
+      return false
+    end
   end
   return true
 end
