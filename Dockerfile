@@ -1,5 +1,5 @@
 # The moongraph worker container: `moongraph worker` with the application
-# (scripts/, nodes/, prompts/, data/) in /app.
+# (scripts/, nodes/, prompts/, data/, and web/ for `moongraph serve`) in /app.
 #
 #   docker build -t moongraph-worker .
 #   docker run -e MOONGRAPH_REDIS_URL=redis://redis:6379/0 \
@@ -58,6 +58,7 @@ COPY scripts/ scripts/
 COPY nodes/ nodes/
 COPY prompts/ prompts/
 COPY data/ data/
+COPY web/ web/
 USER moongraph
 # The pipeline the worker runs (the worker has no default; NAME=PATH, more
 # than one comma-separated): the Eco² chat pipeline of this repository.
