@@ -9,12 +9,12 @@
 # installs) except the ones only the test suite uses, then `make` as in the
 # README. spec/worker_deploy_spec.lua checks that the lists stay in step.
 #
-#   test-only (not installed here): lua-busted redis-server postgresql procps iproute2 graphviz luarocks nodejs npm curl lua-socket wrk libh2o-dev
+#   test-only (not installed here): lua-busted redis-server postgresql procps iproute2 graphviz luarocks nodejs npm curl lua-socket wrk libh2o-dev chromium fonts-noto-cjk
 #   (procps and iproute2 give the specs ps and ss; luarocks serves `luarocks
 #   make`, which the image does not use; nodejs and npm run the official MCP peers of the MCP specs;
 #   graphviz renders the drawings `moongraph draw` and app:draw make; curl and
 #   lua-socket are the HTTP server specs' clients; wrk and libh2o-dev serve
-#   `make bench-server`)
+#   `make bench-server`; chromium and fonts-noto-cjk run the web page's spec)
 
 FROM debian:12-slim AS build
 ENV DEBIAN_FRONTEND=noninteractive
