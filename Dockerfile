@@ -1,5 +1,5 @@
 # The moongraph worker container: `moongraph worker` with the application
-# (scripts/, nodes/, prompts/, data/) in /app.
+# (scripts/, nodes/, prompts/, data/, and web/ for `moongraph serve`) in /app.
 #
 #   docker build -t moongraph-worker .
 #   docker run -e MOONGRAPH_REDIS_URL=redis://redis:6379/0 \
@@ -9,12 +9,12 @@
 # installs) except the ones only the test suite uses, then `make` as in the
 # README. spec/worker_deploy_spec.lua checks that the lists stay in step.
 #
-#   test-only (not installed here): lua-busted redis-server postgresql procps iproute2 graphviz luarocks nodejs npm curl lua-socket wrk libh2o-dev
+#   test-only (not installed here): lua-busted redis-server postgresql procps iproute2 graphviz luarocks nodejs npm curl lua-socket wrk libh2o-dev chromium fonts-noto-cjk
 #   (procps and iproute2 give the specs ps and ss; luarocks serves `luarocks
 #   make`, which the image does not use; nodejs and npm run the official MCP peers of the MCP specs;
 #   graphviz renders the drawings `moongraph draw` and app:draw make; curl and
 #   lua-socket are the HTTP server specs' clients; wrk and libh2o-dev serve
-#   `make bench-server`)
+#   `make bench-server`; chromium and fonts-noto-cjk run the web page's spec)
 
 FROM debian:12-slim AS build
 ENV DEBIAN_FRONTEND=noninteractive
@@ -59,6 +59,7 @@ COPY scripts/ scripts/
 COPY nodes/ nodes/
 COPY prompts/ prompts/
 COPY data/ data/
+COPY web/ web/
 USER moongraph
 # The pipeline the worker runs (the worker has no default; NAME=PATH, more
 # than one comma-separated): the Eco² chat pipeline of this repository.

@@ -112,12 +112,13 @@ install: $(OUTLIB)/moongraph/core.so
 	cp $(OUTLIB)/moongraph/core.so $(DESTDIR)$(LIBDIR)/moongraph/core.so
 
 # The executable and the applications it runs (scripts/, nodes/, prompts/,
-# data/), found from any directory: the binary looks in ../share/moongraph.
+# data/) with the chat page `moongraph serve` answers at / (web/), found from
+# any directory: the binary looks in ../share/moongraph.
 PREFIX ?= /usr/local
 install-app: $(BIN)
 	mkdir -p $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/moongraph
 	cp $(BIN) $(DESTDIR)$(PREFIX)/bin/moongraph
-	cp -R scripts nodes prompts data $(DESTDIR)$(PREFIX)/share/moongraph/
+	cp -R scripts nodes prompts data web $(DESTDIR)$(PREFIX)/share/moongraph/
 
 # Build outputs only (never LIBDIR or LUADIR: those are install targets).
 clean:

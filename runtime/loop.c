@@ -795,7 +795,10 @@ static void turn(uv_run_mode mode) {
 /* Run until `until` is done (or, when NULL, until no task can make
 ** progress). Returns 0, or -1 when `until` can never finish (deadlock). */
 static int run_until(lua_State *L, mg_task *until) {
-  mg_loop();
+  /* libuv's clock stood still while no run was going: without this, a
+  ** timer the first tasks arm (a connect or process timeout) counts from
+  ** the end of the previous run and may fire at once */
+  uv_update_time(mg_loop());
   for (;;) {
     /* one pass over the tasks that are ready now; newcomers wait a turn so
     ** a task that keeps yielding cannot starve I/O */

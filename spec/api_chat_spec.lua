@@ -268,6 +268,13 @@ describe("moongraph serve, Chat API after a restart (embedded)", function()
       assert.are.equal(tonumber(first.events[#first.events].id) + 1, tonumber(rest.events[1].id))
       assert.are.equal("done", rest.events[#rest.events].event)
       assert.are.equal("done", rest.events[#rest.events].json.status)
+      -- the nodes run again in the new process say they are a second attempt
+      local again = {}
+      for _, e in ipairs(rest.events) do
+        if e.event == "node_start" then again[#again + 1] = e.json.attempt end
+      end
+      assert.is_true(#again >= 1)
+      for _, a in ipairs(again) do assert.are.equal(2, a) end
       local m = s2:curl({ "/chat/conversations/" .. j.conversation_id }).json.messages
       assert.are.equal("t1 t2 t3 t4 t5 t6 t7 t8 t9 t10 t11 t12 ", m[2].content)
     end)

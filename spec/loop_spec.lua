@@ -364,4 +364,15 @@ describe("queue", function()
     end)
     assert.same({ true, "x", n = 2 }, r)
   end)
+
+  it("a run that starts after time spent outside the loop counts its timeouts from its start", function()
+    local process = require "moongraph.process"
+    mg.run(function() mg.sleep(0) end)
+    os.execute("sleep 1.5")   -- the process busy elsewhere, no run going
+    local code, signal = mg.run(function()
+      local p = assert(process.spawn({ "sleep", "0.2" }, { timeout = 1 }))
+      return p:wait()
+    end)
+    assert.same({ 0, nil }, { code, signal })
+  end)
 end)

@@ -54,6 +54,14 @@ local function problem(status, message, headers)
   return { status = status, headers = headers, json = { error = tostring(message) } }
 end
 
+-- A JSON answer written by moongraph.json, so lists the backend marks with
+-- json.array stay lists when empty ([] rather than {}).
+local function answer(value)
+  local body, err = json.encode(value, { valid_utf8 = true })
+  if not body then return problem(500, "the answer cannot be sent as JSON: " .. tostring(err)) end
+  return { status = 200, headers = { ["Content-Type"] = "application/json" }, body = body }
+end
+
 local function absent(v) return v == nil or v == json.null end
 
 -- The message of a POST body | nil, status, error
@@ -205,13 +213,13 @@ function _M.routes(b, opts)
     if not page then return problem(400, perr) end
     local list, st, msg = b:conversations(user, page)
     if not list then return problem(st, msg) end
-    return { json = list }
+    return answer(list)
   end)
 
   routes["GET /chat/conversations/:id"] = guarded(function(req, _, user)
     local c, st, msg = b:conversation(user, req.params.id)
     if not c then return problem(st, msg) end
-    return { json = c }
+    return answer(c)
   end)
 
   routes["DELETE /chat/conversations/:id"] = guarded(function(req, _, user)

@@ -211,6 +211,15 @@ local function run_graph(self, script, j, log)
   end
   local last_state
   local attempt = (j.attempt or 0) + 1
+  if log.last > 0 then
+    -- a run began before the restart (the first one's count is never
+    -- written): the events of this one say so, so a client can tell its
+    -- tokens from the ones the stopped run had sent
+    attempt = math.max(attempt, 2)
+    j.attempt = attempt
+    local ok, werr = write_json(self:_path("jobs", j.job_id), j)
+    if not ok then io.stderr:write("moongraph serve: job ", j.job_id, ": ", tostring(werr), "\n") end
+  end
   j.attempt = attempt
   local function body()
     for ev in script.app:stream(input, cfg) do
