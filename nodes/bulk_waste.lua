@@ -24,18 +24,19 @@ end
 -- Item names (from the sample vocabulary) the question mentions, in order,
 -- and whether it mentions a free-pickup appliance.
 function _M.detect(message)
+  local asked = korean.matcher(message)
   local doc = sample()
   local items, seen = {}, {}
   for _, f in ipairs(doc.fees) do
     if not seen[f.item] then
       for _, a in ipairs(f.aliases) do
-        if korean.mentions(message, a) then seen[f.item] = true; items[#items + 1] = f.item; break end
+        if asked:mentions(a) then seen[f.item] = true; items[#items + 1] = f.item; break end
       end
     end
   end
   local appliances = {}
   for _, a in ipairs(doc.free_pickup.items) do
-    if korean.mentions(message, a) then appliances[#appliances + 1] = a end
+    if asked:mentions(a) then appliances[#appliances + 1] = a end
   end
   return items, appliances
 end

@@ -46,12 +46,13 @@ end
 -- Characters of the sample collection the question mentions (by name,
 -- category or keyword); none mentioned -> empty list.
 function _M.match(characters, message)
+  local asked = korean.matcher(message)
   local out = {}
   for _, c in ipairs(characters) do
     local words = { c.name, c.category }
     for _, k in ipairs(c.keywords or {}) do words[#words + 1] = k end
     for _, w in ipairs(words) do
-      if w and korean.mentions(message, w) then out[#out + 1] = c; break end
+      if w and asked:mentions(w) then out[#out + 1] = c; break end
     end
   end
   return out

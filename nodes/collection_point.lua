@@ -27,11 +27,12 @@ end
 
 -- Bin types the question mentions (keys of the sample's types table).
 function _M.detect(message)
+  local asked = korean.matcher(message)
   local types = sample().types
   local out = {}
   for _, t in ipairs(_M.type_order) do
     for _, k in ipairs(types[t].keywords) do
-      if korean.mentions(message, k) then out[#out + 1] = t; break end
+      if asked:mentions(k) then out[#out + 1] = t; break end
     end
   end
   return out

@@ -21,9 +21,10 @@ local _M = {
 
 -- The search keyword and sample category for a question.
 function _M.search_target(message)
+  local asked = korean.matcher(message)
   for _, r in ipairs(rules.rules) do
     for _, w in ipairs(r.words) do
-      if korean.mentions(message, w) then return r.query, r.category end
+      if asked:mentions(w) then return r.query, r.category end
     end
   end
   return rules.default.query, rules.default.category

@@ -22,10 +22,11 @@ end
 
 -- Price rows of the sample vocabulary the question mentions.
 function _M.detect(message)
+  local asked = korean.matcher(message)
   local out = {}
   for _, p in ipairs(sample().prices) do
     for _, a in ipairs(p.aliases) do
-      if korean.mentions(message, a) then out[#out + 1] = p; break end
+      if asked:mentions(a) then out[#out + 1] = p; break end
     end
   end
   return out

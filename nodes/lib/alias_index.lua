@@ -16,9 +16,9 @@
 -- return is shared between callers: read it, do not change it.
 --
 -- Bigrams are korean.bigrams' (a one-character text is its own bigram).
--- Lookups are remembered, so a long-running process soon answers from
--- tables; bigrams and texts that are not in the index are remembered up to
--- a bound.
+-- An alias is decoded once and kept (the index's own records, never what
+-- was asked); a lookup reads the hash table each time, so what a process
+-- has been asked before makes no difference to what a lookup costs.
 local korean = require "nodes.lib.korean"
 
 local byte, pack, unpack, concat = string.byte, string.pack, string.unpack, table.concat
@@ -27,7 +27,6 @@ local type, ipairs, error, setmetatable, pcall, tostring = type, ipairs, error, 
 local _M = {}
 
 local MAGIC = "moongraph alias index 1\n"
-local MAX_ABSENT = 65536
 
 -- FNV-1a (32 bits) of a string: the hash of the lookup tables.
 local function fnv1a(s)
@@ -155,7 +154,7 @@ function _M.open(bytes)
     return setmetatable({
       bytes = bytes, count = A, aliases_at = aliases_at,
       text_table = text_table, tbits = tbits, gram_table = gram_table, gbits = gbits,
-      aliases = {}, texts = {}, grams = {}, absent = 0,
+      aliases = {},
     }, ix_mt)
   end)
   if not ok then return nil, "damaged alias index: " .. tostring(ix) end
@@ -189,40 +188,22 @@ local function find_entry(bytes, tbl, bits, key)
   return nil
 end
 
-local function remember_absent(self, memo, key)
-  self.absent = self.absent + 1
-  if self.absent > MAX_ABSENT then
-    self.absent = 0
-    self.texts, self.grams = {}, {}
-  else
-    memo[key] = false
-  end
-end
-
 function ix_mt:with_text(t)
-  local memo = self.texts
-  local hit = memo[t]
-  if hit ~= nil then return hit or nil end
   local n, p = find_entry(self.bytes, self.text_table, self.tbits, t)
-  if not n then remember_absent(self, memo, t); return nil end
+  if not n then return nil end
   local out = {}
   for k = 1, n do out[k] = self:alias((unpack("<I4", self.bytes, p + 4 * (k - 1)))) end
-  memo[t] = out
   return out
 end
 
 function ix_mt:with_gram(g)
-  local memo = self.grams
-  local hit = memo[g]
-  if hit ~= nil then return hit or nil end
   local n, p = find_entry(self.bytes, self.gram_table, self.gbits, g)
-  if not n then remember_absent(self, memo, g); return nil end
+  if not n then return nil end
   local out = {}
   for k = 1, n do
     local id, count = unpack("<I4I4", self.bytes, p + 8 * (k - 1))
     out[k] = { self:alias(id), count }
   end
-  memo[g] = out
   return out
 end
 

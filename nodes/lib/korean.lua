@@ -2,7 +2,7 @@
 -- particle and ending stripping, character bigrams and fuzzy similarity.
 -- Everything works on UTF-8 code points (a Hangul syllable is one character).
 local utf8 = utf8
-local ulen, codes, find, sub = utf8.len, utf8.codes, string.find, string.sub
+local ulen, codes, find, sub, byte = utf8.len, utf8.codes, string.find, string.sub, string.byte
 
 local _M = {}
 
@@ -45,10 +45,6 @@ function _M.len(s)
   return utf8.len(s) or #s
 end
 
-local function ends_with(s, suffix)
-  return #s > #suffix and s:sub(-#suffix) == suffix
-end
-
 -- Drops bytes that are not part of a valid UTF-8 sequence.
 function _M.sanitize(s)
   if utf8.len(s) then return s end
@@ -61,18 +57,20 @@ end
 
 -- Lower-cases ASCII, turns punctuation into spaces, collapses spacing.
 -- Invalid UTF-8 bytes are dropped.
--- Results are memoised (a node asks about the same question many times:
--- one keyword at a time); the memo is emptied when it grows past 512 entries.
-local memo, memo_n = {}, 0
+-- The common full-width / CJK punctuation marks, as spaces.
+local WIDE_PUNCTUATION = {}
+for _, p in ipairs({ "，", "。", "？", "！", "～", "·", "…", "「", "」", "『", "』", "“", "”", "‘", "’", "ㆍ" }) do
+  WIDE_PUNCTUATION[p] = " "
+end
+-- A character led by a byte that starts one of those marks (never Hangul)
+local WIDE_CANDIDATE = "[\194\226\227\239][\128-\191]+"
 
 local function normalize(s)
-  s = _M.sanitize(s):lower()
-  -- ASCII punctuation and the common full-width / CJK punctuation marks
-  s = s:gsub("[%p]", " ")
-  for _, p in ipairs({ "，", "。", "？", "！", "～", "·", "…", "「", "」", "『", "』", "“", "”", "‘", "’", "ㆍ" }) do
-    s = s:gsub(p, " ")
-  end
-  s = s:gsub("%s+", " "):gsub("^ ", ""):gsub(" $", "")
+  s = _M.sanitize(s):lower():gsub(WIDE_CANDIDATE, WIDE_PUNCTUATION)
+  -- punctuation and spacing, run by run, to one space; none at the ends
+  s = s:gsub("[%p%s]+", " ")
+  if byte(s, 1) == 32 then s = sub(s, 2) end
+  if byte(s, -1) == 32 then s = sub(s, 1, -2) end
   return s
 end
 
@@ -80,34 +78,47 @@ function _M.normalize(s)
   if type(s) ~= "string" then
     error("bad argument #1 to 'normalize': string expected, got " .. type(s), 2)
   end
-  local r = memo[s]
-  if r then return r end
-  r = normalize(s)
-  if memo_n >= 512 then memo, memo_n = {}, 0 end
-  memo[s] = r
-  memo_n = memo_n + 1
-  return r
+  return normalize(s)
 end
 
 -- Removes all whitespace (spacing variants: "페트 병" == "페트병").
--- Memoised like normalize (a node tests one question against many words).
-local cmemo, cmemo_n = {}, 0
-
 function _M.compact(s)
-  local r = cmemo[s]
-  if r then return r end
-  r = (_M.normalize(s):gsub(" ", ""))
-  if cmemo_n >= 512 then cmemo, cmemo_n = {}, 0 end
-  cmemo[s] = r
-  cmemo_n = cmemo_n + 1
-  return r
+  return (_M.normalize(s):gsub(" ", ""))
+end
+
+-- The particles by their last byte, in the order of _M.particles (the first
+-- that fits wins), so a token is compared with the few that can end it.
+-- Rebuilt when _M.particles is replaced or grows or shrinks.
+local by_last, indexed, indexed_n = nil, nil, -1
+
+local function particles_ending(b)
+  local list = _M.particles
+  if list ~= indexed or #list ~= indexed_n then
+    by_last = {}
+    for _, p in ipairs(list) do
+      local k = byte(p, -1)
+      local l = by_last[k]
+      if not l then l = {}; by_last[k] = l end
+      l[#l + 1] = p
+    end
+    indexed, indexed_n = list, #list
+  end
+  return by_last[b]
 end
 
 -- Strips one trailing particle or ending when at least one character remains.
+-- (tok longer than the particle leaves at least one character: the bytes
+-- before a whole UTF-8 suffix are whole characters.)
 function _M.strip_particle(tok)
-  for _, p in ipairs(_M.particles) do
-    if ends_with(tok, p) and _M.len(tok) - _M.len(p) >= 1 then
-      return tok:sub(1, #tok - #p)
+  local n = #tok
+  local candidates = n > 0 and particles_ending(byte(tok, n))
+  if not candidates then return tok end
+  for i = 1, #candidates do
+    local p = candidates[i]
+    local m = #p
+    -- a plain find from the last m bytes: tok ends with p (no substring made)
+    if n > m and find(tok, p, n - m + 1, true) then
+      return sub(tok, 1, n - m)
     end
   end
   return tok
@@ -116,50 +127,50 @@ end
 -- The forms a token may stand for: itself and up to two stripped endings
 -- ("수거함에서는" -> "수거함에서는", "수거함"). Stripping can over-cut
 -- ("종이" -> "종"), so callers keep every variant and score the best one.
--- The list is shared between callers (memoised like normalize): read it,
--- do not change it.
-local vmemo, vmemo_n = {}, 0
-
 function _M.variants(tok)
-  local hit = vmemo[tok]
-  if hit then return hit end
-  local out = _M.variants_of(tok)
-  if vmemo_n >= 512 then vmemo, vmemo_n = {}, 0 end
-  vmemo[tok] = out
-  vmemo_n = vmemo_n + 1
-  return out
+  local a = _M.strip_particle(tok)
+  if a == tok then return { tok } end
+  local b = _M.strip_particle(a)
+  if b == a then return { tok, a } end
+  return { tok, a, b }
 end
 
-function _M.variants_of(tok)
-  local out, seen = {}, {}
-  local function add(v) if not seen[v] then seen[v] = true; out[#out + 1] = v end end
-  add(tok)
-  local a = _M.strip_particle(tok)
-  add(a)
-  add(_M.strip_particle(a))
-  return out
+-- The first character of a non-empty string (its UTF-8 bytes).
+local function first_char(s)
+  local b = byte(s, 1)
+  return sub(s, 1, b < 0xC0 and 1 or b < 0xE0 and 2 or b < 0xF0 and 3 or 4)
+end
+
+-- The stop prefixes by their first character, in order; rebuilt like the
+-- particles' index.
+local by_first, prefixes_indexed, prefixes_n = nil, nil, -1
+
+local function prefixes_starting(c)
+  local list = _M.stop_prefixes
+  if list ~= prefixes_indexed or #list ~= prefixes_n then
+    by_first = {}
+    for _, p in ipairs(list) do
+      if p ~= "" then
+        local k = first_char(p)
+        local l = by_first[k]
+        if not l then l = {}; by_first[k] = l end
+        l[#l + 1] = p
+      end
+    end
+    prefixes_indexed, prefixes_n = list, #list
+  end
+  return by_first[c]
 end
 
 local function stop_of(tok)
   if _M.stopwords[tok] then return true end
-  for _, p in ipairs(_M.stop_prefixes) do
-    if tok:sub(1, #p) == p then return true end
+  if tok == "" then return false end
+  local candidates = prefixes_starting(first_char(tok))
+  if not candidates then return false end
+  for _, p in ipairs(candidates) do
+    if find(tok, p, 1, true) == 1 then return true end
   end
   return false
-end
-
--- Memoised like variants (a question's words are checked against every
--- prefix on each call of content_tokens).
-local smemo, smemo_n = {}, 0
-
-local function is_stop(tok)
-  local r = smemo[tok]
-  if r ~= nil then return r end
-  r = stop_of(tok)
-  if smemo_n >= 512 then smemo, smemo_n = {}, 0 end
-  smemo[tok] = r
-  smemo_n = smemo_n + 1
-  return r
 end
 
 -- Content tokens of a question: normalised, stop words and verb forms
@@ -172,7 +183,7 @@ function _M.content_tokens(s)
     local vs = _M.variants(tok)
     local stop = false
     for _, v in ipairs(vs) do
-      if is_stop(v) then stop = true; break end
+      if stop_of(v) then stop = true; break end
     end
     if not stop then
       out[#out + 1] = { text = tok, variants = vs, pos = i }
@@ -216,22 +227,54 @@ function _M.similarity(a, b)
   return 2 * common / (#ba + #bb)
 end
 
--- Whether a question mentions a word: a word of two or more characters
+-- The compact forms of the words questions are checked against: keyword
+-- tables, the same few hundred words on every turn (never the questions).
+local word_forms, word_forms_n = {}, 0
+
+local function word_form(word)
+  local w = word_forms[word]
+  if w then return w end
+  w = _M.compact(word)
+  if word_forms_n >= 4096 then word_forms, word_forms_n = {}, 0 end
+  word_forms[word] = w
+  word_forms_n = word_forms_n + 1
+  return w
+end
+
+-- A question made ready for many mentions() checks: its compact form, and
+-- the forms of its tokens when a one-character word is asked about.
+local Matcher = {}
+Matcher.__index = Matcher
+
+function _M.matcher(question)
+  local normalized = _M.normalize(question)
+  return setmetatable({ normalized = normalized, compact = (normalized:gsub(" ", "")), forms = nil }, Matcher)
+end
+
+-- Whether the question mentions a word: a word of two or more characters
 -- anywhere in the question ignoring spaces ("의류 수거함" mentions
 -- "의류수거함"); a one-character word as a whole token, particles stripped
 -- ("옷은" mentions "옷", "옷걸이" does not).
-function _M.mentions(question, word)
-  local w = cmemo[word] or _M.compact(word)
+function Matcher:mentions(word)
+  local w = word_form(word)
   if w == "" then return false end
   if (ulen(w) or #w) >= 2 then
-    return find(cmemo[question] or _M.compact(question), w, 1, true) ~= nil
+    return find(self.compact, w, 1, true) ~= nil
   end
-  for tok in _M.normalize(question):gmatch("%S+") do
-    for _, v in ipairs(_M.variants(tok)) do
-      if v == w then return true end
+  local forms = self.forms
+  if not forms then
+    forms = {}
+    for tok in self.normalized:gmatch("%S+") do
+      for _, v in ipairs(_M.variants(tok)) do forms[v] = true end
     end
+    self.forms = forms
   end
-  return false
+  return forms[w] == true
+end
+
+-- mentions(question, word): one check (korean.matcher for many).
+function _M.mentions(question, word)
+  return _M.matcher(question):mentions(word)
 end
 
 -- Plain (non-pattern) substring test.
