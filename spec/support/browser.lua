@@ -88,7 +88,9 @@ function _M.start(opts)
   }
   for i, a in ipairs(args) do args[i] = quote(a) end
   local cmd = string.format("sh -c %s 2>%s",
-    quote("echo $$; exec " .. quote(exe) .. " " .. table.concat(args, " ") .. " >/dev/null"), quote(errfile))
+    -- (make asan preloads the sanitizers for our code, not for chromium)
+    quote("echo $$; exec env -u LD_PRELOAD -u ASAN_OPTIONS -u UBSAN_OPTIONS " .. quote(exe) .. " " ..
+      table.concat(args, " ") .. " >/dev/null"), quote(errfile))
   local fh = assert(io.popen(cmd, "r"))
   local pid = tonumber(fh:read("l"))
   local self = setmetatable({ pid = pid, fh = fh, dir = dir, errfile = errfile, width = w, height = h }, B)
