@@ -223,6 +223,16 @@ function Mem:invalidate(thread_id)
   return self.redis:call("DEL", key, key .. ":recent")
 end
 
+-- erase(thread_id): the conversation's memory gone from both tiers (its
+-- messages go with it: ON DELETE CASCADE) -> true | nil, err
+function Mem:erase(thread_id)
+  local ok, err = self.db:query("DELETE FROM conversations WHERE thread_id = $1", { thread_id })
+  if not ok then return nil, err end
+  ok, err = self:invalidate(thread_id)
+  if ok == nil and err ~= nil then return nil, err end
+  return true
+end
+
 local function arg(v)
   if v == nil then return pg.null end
   return v

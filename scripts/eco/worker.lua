@@ -144,4 +144,9 @@ function _M.forget(job, env)
   return mem_of(env):invalidate(job.thread_id)
 end
 
+-- A conversation deleted (the Chat API's distributed backend): its memory.
+function _M.erase(thread_id, env)
+  return mem_of(env):erase(thread_id)
+end
+
 return _M

@@ -1,11 +1,16 @@
 -- moongraph serve [--host H] [--port N] [--script [NAME=]PATH]... [--data DIR]
+--                 [--redis URL --pg URL [--prefix P]]
 --                 [--heartbeat SEC] [--rate-limit N] [--rate-burst N]
 --                 [--concurrency N] [--web DIR]
 --
 -- The front door: the Chat API (moongraph.api.chat), the LangGraph Agent
--- API (moongraph.api.langgraph) and the web chat page (web/) at /, on the embedded backend: runs the scripts in this
--- process; conversations, job event logs and checkpoints under --data
--- (default .moongraph).
+-- API (moongraph.api.langgraph) and the web chat page (web/) at /. On the
+-- embedded backend (the default) it runs the scripts in this process, with
+-- conversations, job event logs and checkpoints under --data (default
+-- .moongraph). With --redis and --pg the Chat API is distributed
+-- (moongraph.api.chat_distributed): messages are jobs for `moongraph worker`
+-- processes, conversations live in PostgreSQL, and the process keeps no
+-- state; the LangGraph Agent API stays embedded.
 -- The default script is chat=scripts/eco/chat.lua. API keys come from
 -- MOONGRAPH_API_KEYS="key=user,..." (or MOONGRAPH_API_KEYS_FILE); without
 -- keys it listens on loopback only. Prints "listening on URL" once it
@@ -19,17 +24,20 @@ local paths = require "moongraph.paths"
 local SPEC = {
   name = "serve",
   usage = "usage: moongraph serve [--host H] [--port N] [--script [NAME=]PATH]... [--data DIR]\n" ..
+    "                       [--redis URL --pg URL [--prefix P]]\n" ..
     "                       [--heartbeat SEC] [--rate-limit N] [--rate-burst N] [--concurrency N] [--web DIR]",
   help = "Serves the Chat API (/chat/...), the LangGraph Agent API and the web chat page (/)\n" ..
     "over the scripts given (default chat=scripts/eco/chat.lua): runs in-process, state\n" ..
     "under --data (default .moongraph). API keys: MOONGRAPH_API_KEYS=\n" ..
     "\"key=user,...\" (or MOONGRAPH_API_KEYS_FILE); without keys only loopback hosts are\n" ..
     "allowed. --rate-limit: requests per minute per key (default 600; 0: off), --rate-burst:\n" ..
-    "how many may come at once (default 60). See docs/api.md.",
+    "how many may come at once (default 60). --redis URL --pg URL: the Chat API queues\n" ..
+    "messages for `moongraph worker` processes (--prefix as theirs) and keeps conversations\n" ..
+    "in PostgreSQL. See docs/api.md.",
   options = { host = "string", port = "integer", script = "list", data = "string",
               heartbeat = "number", ["rate-limit"] = "number",
               ["rate-burst"] = "integer", concurrency = "integer", web = "string",
-              ["max-message"] = "integer" },
+              ["max-message"] = "integer", redis = "string", pg = "string", prefix = "string" },
 }
 
 local DEFAULT_SCRIPT = "chat=scripts/eco/chat.lua"
@@ -93,9 +101,19 @@ return {
     if lerr then io.stderr:write("moongraph serve: no LLM: ", lerr, "; answering offline\n") end
 
     local data = o.data or ".moongraph"
-    local backend, berr = require("moongraph.api.chat_embedded").new {
-      data = data, scripts = scripts, llm = llm, concurrency = o.concurrency,
-    }
+    if (o.redis == nil) ~= (o.pg == nil) then
+      return cliargs.usage_error(SPEC, "--redis and --pg go together (the distributed backend needs both)")
+    end
+    local backend, berr
+    if o.redis then
+      backend, berr = require("moongraph.api.chat_distributed").new {
+        redis = o.redis, pg = o.pg, prefix = o.prefix, scripts = scripts,
+      }
+    else
+      backend, berr = require("moongraph.api.chat_embedded").new {
+        data = data, scripts = scripts, llm = llm, concurrency = o.concurrency,
+      }
+    end
     if not backend then return fail(berr) end
 
     local limiter = require("moongraph.api.ratelimit").new {

@@ -17,6 +17,8 @@
 --               in the transaction that stores the result, once per job
 --   committed(job, state, result, env) -> true | nil, err   after that commit
 --   forget(job, env) -> true | nil, err     a duplicate delivery found the result
+--   erase(thread_id, env) -> true | nil, err   a conversation deleted through the
+--               Chat API (serve --redis --pg): what the script keeps of the thread
 --
 --   local reg = scripts.new({ {name = "app", path = "scripts/app/main.lua"} }, saver)
 --   assert(reg:load())             -- nil, err when a script fails to load, build or check
@@ -40,7 +42,7 @@ local _M = {}
 local Reg = {}
 Reg.__index = Reg
 
-_M.HOOKS = { "input", "result", "record", "committed", "forget" }
+_M.HOOKS = { "input", "result", "record", "committed", "forget", "erase" }
 local KNOWN = { scope = true, migrations = true }
 for _, h in ipairs(_M.HOOKS) do KNOWN[h] = true end
 
