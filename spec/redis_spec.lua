@@ -142,7 +142,7 @@ describe("moongraph.redis", function()
       assert.matches("database", select(2, redis.parse_url("redis://h:1/x")))
       assert.matches("unknown URL parameter", select(2, redis.parse_url("redis://h?color=red")))
       assert.has_error(function() redis.connect("nonsense") end,
-        "bad argument #1 to 'connect' (not a redis:// or unix:// URL: nonsense)")
+        "bad argument #1 to 'connect' (not a redis://, redis-sentinel:// or unix:// URL: nonsense)")
     end)
 
     it("selects the URL's database", function()
