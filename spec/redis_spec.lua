@@ -250,6 +250,17 @@ describe("moongraph.redis", function()
           "bad argument #3 to 'call' (string or number expected, got table)")
       end)
     end)
+
+    it("takes WAIT after the writes it waits for", function()
+      run(function()
+        local r = connect()
+        -- no replica here: WAIT gives 0 once its timeout is over
+        local t0 = mg.now()
+        assert.same({ "OK", 0 }, r:pipeline { { "SET", "w", "1" }, { "WAIT", 1, 100 } })
+        assert.is_true(mg.now() - t0 >= 0.09)
+        assert.same({ "OK", 0 }, r:pipeline { { "SET", "w", "2" }, { "WAIT", 0, 0 } })
+      end)
+    end)
   end)
 
   describe("blocking commands", function()

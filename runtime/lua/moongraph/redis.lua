@@ -65,7 +65,10 @@ local refused = {
   RESET = "RESET would drop AUTH and SELECT for every task on the connection",
 }
 
--- Commands that block the connection until data arrives.
+-- Commands that block the connection until data arrives. WAIT and WAITAOF
+-- wait for the writes of their own connection: sent with conn:call they
+-- run on a connection of their own that wrote nothing, so they belong at
+-- the end of the pipeline whose writes they wait for.
 local blocking = {
   BLPOP = true, BRPOP = true, BRPOPLPUSH = true, BLMOVE = true, BLMPOP = true,
   BZPOPMIN = true, BZPOPMAX = true, BZMPOP = true, WAIT = true, WAITAOF = true,
@@ -442,7 +445,7 @@ function Pipeline:call(cmd, ...)
     error(format("bad argument #1 to 'call' (%s cannot be sent on a shared connection: %s)",
       name, refused[name]), 2)
   end
-  if is_blocking(name, ...) then
+  if is_blocking(name, ...) and name ~= "WAIT" and name ~= "WAITAOF" then
     error(format("bad argument #1 to 'call' (blocking command %s cannot be pipelined; use conn:call)", name), 2)
   end
   local n = select("#", ...)
