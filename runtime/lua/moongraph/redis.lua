@@ -192,7 +192,8 @@ function _M.parse_url(url)
 end
 
 -- One physical connection, authenticated and on the right database; with
--- expect_master, also checked with ROLE to be a master.
+-- expect_master, also checked with ROLE to be a master. -> raw | nil, err,
+-- permanent (permanent: AUTH or SELECT refused).
 local function open_raw(cfg, timeout, expect_master)
   local raw, err
   if cfg.path then raw, err = craw.connect(cfg.path, nil, cfg.connect_timeout)
@@ -215,7 +216,7 @@ local function open_raw(cfg, timeout, expect_master)
       local r = res[i]
       if type(r) == "table" and r[1] == false then
         raw:close()
-        return nil, format("redis: %s on %s failed: %s", cmds[i][1], cfg.addr, r[2])
+        return nil, format("redis: %s on %s failed: %s", cmds[i][1], cfg.addr, r[2]), cmds[i][1] ~= "ROLE"
       end
     end
     if expect_master and not (type(res[#res]) == "table" and res[#res][1] == "master") then
@@ -232,8 +233,8 @@ end
 -- give.
 local function open_master(cfg, timeout)
   if not cfg.sentinels then return open_raw(cfg, timeout) end
-  local host, port = sentinel.master_addr(cfg)
-  if not host then return nil, port end
+  local host, port, permanent = sentinel.master_addr(cfg)
+  if not host then return nil, port, permanent end
   local node = {
     host = host, port = port, addr = host .. ":" .. port, db = cfg.db,
     user = cfg.user, password = cfg.password, connect_timeout = cfg.connect_timeout,
@@ -251,14 +252,15 @@ end
 
 -- open_master; with sentinels, a master that cannot be had (a failover in
 -- progress) is looked up again, with a short backoff, until `deadline`.
+-- A refused password or an unknown master name is reported at once.
 local function open_failover(cfg, timeout, deadline)
-  local raw, err = open_master(cfg, timeout)
-  if raw or not cfg.sentinels then return raw, err end
+  local raw, err, permanent = open_master(cfg, timeout)
+  if raw or permanent or not cfg.sentinels then return raw, err end
   local delay = 0.05
   while loop.now() + delay < deadline do
     loop.sleep(delay)
-    raw, err = open_master(cfg, timeout)
-    if raw then return raw end
+    raw, err, permanent = open_master(cfg, timeout)
+    if raw or permanent then return raw, err end
     delay = min(delay * 2, 0.5)
   end
   return nil, err

@@ -50,7 +50,8 @@ function _M.parse_hosts(list)
   return hosts
 end
 
--- Ask one sentinel; -> host, port | nil, err
+-- Ask one sentinel; -> host, port | nil, err, permanent (permanent: it
+-- answered, refusing the password or not knowing the master)
 local function ask(s, cfg)
   local timeout = min(cfg.connect_timeout, _M.QUERY_TIMEOUT)
   local raw, err = craw.connect(s.host, s.port, timeout)
@@ -65,11 +66,11 @@ local function ask(s, cfg)
   if not res then return nil, err end
   for i = 1, #res - 1 do
     if type(res[i]) == "table" and res[i][1] == false then
-      return nil, format("AUTH on sentinel %s failed: %s", s.addr, tostring(res[i][2]))
+      return nil, format("AUTH on sentinel %s failed: %s", s.addr, tostring(res[i][2])), true
     end
   end
   local reply = res[#res]
-  if reply == craw.null then return nil, format("sentinel %s does not know master '%s'", s.addr, cfg.master) end
+  if reply == craw.null then return nil, format("sentinel %s does not know master '%s'", s.addr, cfg.master), true end
   if type(reply) ~= "table" or reply[1] == false then
     return nil, format("sentinel %s: %s", s.addr, tostring(type(reply) == "table" and reply[2] or reply))
   end
@@ -80,22 +81,25 @@ local function ask(s, cfg)
   return reply[1], port
 end
 
--- master_addr(cfg) -> host, port | nil, err. cfg: sentinels (reordered in
--- place), master, connect_timeout, sentinel_password.
+-- master_addr(cfg) -> host, port | nil, err, permanent. cfg: sentinels
+-- (reordered in place), master, connect_timeout, sentinel_password.
+-- permanent: every sentinel answered, and none with the address (asking
+-- again will not help).
 function _M.master_addr(cfg)
   local list = cfg.sentinels
-  local errs = {}
+  local errs, permanent = {}, true
   for i = 1, #list do
     local s = list[i]
-    local host, port = ask(s, cfg)
+    local host, port, perm = ask(s, cfg)
     if host then
       if i > 1 then insert(list, 1, remove(list, i)) end
       return host, port
     end
     errs[#errs + 1] = port
+    permanent = permanent and perm == true
   end
   return nil, format("redis-sentinel: no sentinel gave the address of master '%s' (%s)",
-    cfg.master, concat(errs, "; "))
+    cfg.master, concat(errs, "; ")), permanent
 end
 
 -- An error reply from a node that is no master (any more), or not ready
