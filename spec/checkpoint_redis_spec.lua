@@ -93,7 +93,7 @@ describe("redis checkpoint saver", function()
     assert.has_error(function() rsaver.new(42) end,
       "bad argument #1 to 'redis': Redis URL, connection or pool expected, got number")
     assert.has_error(function() rsaver.new("http://x") end,
-      "bad argument #1 to 'redis': unsupported URL scheme 'http' (redis:// or unix://)")
+      "bad argument #1 to 'redis': unsupported URL scheme 'http' (redis://, redis-sentinel:// or unix://)")
     assert.has_error(function() rsaver.new(srv.url, { ttl = 0 }) end,
       "bad argument #2 to 'redis': ttl must be a positive number of seconds")
     assert.has_error(function() rsaver.new(srv.url, { colour = "red" }) end,

@@ -142,7 +142,7 @@ describe("moongraph.redis", function()
       assert.matches("database", select(2, redis.parse_url("redis://h:1/x")))
       assert.matches("unknown URL parameter", select(2, redis.parse_url("redis://h?color=red")))
       assert.has_error(function() redis.connect("nonsense") end,
-        "bad argument #1 to 'connect' (not a redis:// or unix:// URL: nonsense)")
+        "bad argument #1 to 'connect' (not a redis://, redis-sentinel:// or unix:// URL: nonsense)")
     end)
 
     it("selects the URL's database", function()
@@ -248,6 +248,17 @@ describe("moongraph.redis", function()
           "bad argument #1 to 'call' (SUBSCRIBE cannot be sent on a shared connection: use conn:subscribe(channels))")
         assert.has_error(function() r:pipeline(function(p) p:call("SET", "x", {}) end) end,
           "bad argument #3 to 'call' (string or number expected, got table)")
+      end)
+    end)
+
+    it("takes WAIT after the writes it waits for", function()
+      run(function()
+        local r = connect()
+        -- no replica here: WAIT gives 0 once its timeout is over
+        local t0 = mg.now()
+        assert.same({ "OK", 0 }, r:pipeline { { "SET", "w", "1" }, { "WAIT", 1, 100 } })
+        assert.is_true(mg.now() - t0 >= 0.09)
+        assert.same({ "OK", 0 }, r:pipeline { { "SET", "w", "2" }, { "WAIT", 0, 0 } })
       end)
     end)
   end)

@@ -5,6 +5,15 @@
 --     persist = true: AOF, appendfsync always; appendfsync = "everysec": AOF with that policy
 --   r.url, r.unix_url, r.port, r.dir           r:cli("GET", "k") -> reply text
 --   r:stop("term"|"kill")   r:start()   r:restart(mode)   r:running()   r:destroy()
+--     servers.redis{ replicaof = port }: a replica of 127.0.0.1:port
+--     servers.redis{ sentinel_of = port, master_name =, quorum =, down_after = ms,
+--                    failover_timeout = ms, master_password = }: a Redis Sentinel
+--   local g = servers.redis_sentinel{ password = "pw", sentinel_password = "spw" }
+--     a master, one replica and three sentinels (master name mymaster,
+--     down-after 1000 ms); g.url (redis-sentinel://...), g.master, g.replica,
+--     g.sentinels, g:wait_ready(limit) (replica in sync, every sentinel sees
+--     the replica and the two others), g:master_port() (the sentinels' answer),
+--     g:destroy()
 --   local p = servers.postgres()               -- one per spec file: start in setup, destroy in teardown
 --     servers.postgres{ durable = true }: keep fsync on (benchmarks); the default turns it off
 --   p.url, p.unix_url, p.port, p.dir           p:psql(sql) -> output   p:create_database(name) -> url
@@ -86,7 +95,87 @@ function _M.redis(opts)
     args[#args + 1] = "--password"
     args[#args + 1] = opts.password
   end
-  return new("redis-server", args)
+  for _, o in ipairs { { "replicaof", "--replicaof" }, { "sentinel_of", "--sentinel-of" },
+                       { "master_name", "--master-name" }, { "quorum", "--quorum" },
+                       { "down_after", "--down-after" }, { "failover_timeout", "--failover-timeout" },
+                       { "master_password", "--master-password" } } do
+    if opts[o[1]] then
+      args[#args + 1] = o[2]
+      args[#args + 1] = tostring(opts[o[1]])
+    end
+  end
+  return new(opts.sentinel_of and "Redis Sentinel" or "redis-server", args)
+end
+
+local Group = {}
+Group.__index = Group
+
+function _M.redis_sentinel(opts)
+  opts = opts or {}
+  local g = setmetatable({ name = opts.master_name or "mymaster", sentinels = {} }, Group)
+  local ok, err = pcall(function()
+    g.master = _M.redis { password = opts.password }
+    g.replica = _M.redis { password = opts.password, replicaof = g.master.port }
+    local addrs = {}
+    for i = 1, opts.count or 3 do
+      g.sentinels[i] = _M.redis {
+        sentinel_of = g.master.port, master_name = g.name, password = opts.sentinel_password,
+        master_password = opts.password, down_after = opts.down_after or 1000,
+        failover_timeout = opts.failover_timeout or 3000, quorum = opts.quorum or 2,
+      }
+      addrs[i] = "127.0.0.1:" .. g.sentinels[i].port
+    end
+    local auth = opts.password and (":" .. opts.password .. "@") or ""
+    g.url = "redis-sentinel://" .. auth .. table.concat(addrs, ",") .. "/" .. g.name
+      .. (opts.sentinel_password and ("?sentinel_password=" .. opts.sentinel_password) or "")
+  end)
+  if not ok then
+    g:destroy()
+    error(err, 2)
+  end
+  return g
+end
+
+-- `SENTINEL master NAME` of sentinel s as a table.
+local function sentinel_view(g, s)
+  local out = s:cli("SENTINEL", "master", g.name)
+  local t, key = {}, nil
+  for line in out:gmatch("[^\n]+") do
+    if key then t[key] = line; key = nil else key = line end
+  end
+  return t
+end
+
+function Group:wait_ready(limit)
+  local deadline = os.time() + (limit or 30)
+  while true do
+    local ready = self.replica:cli("INFO", "replication"):find("master_link_status:up", 1, true) ~= nil
+    for _, s in ipairs(self.sentinels) do
+      local v = sentinel_view(self, s)
+      ready = ready and v["num-slaves"] == "1" and v["num-other-sentinels"] == tostring(#self.sentinels - 1)
+    end
+    if ready then return true end
+    if os.time() > deadline then error("the sentinel group did not get ready", 2) end
+    os.execute("sleep 0.1")
+  end
+end
+
+-- The master's port as the first sentinel that answers gives it.
+function Group:master_port()
+  for _, s in ipairs(self.sentinels) do
+    if s:running() then
+      local out = s:cli("SENTINEL", "get-master-addr-by-name", self.name)
+      local port = out:match("\n(%d+)$")
+      if port then return tonumber(port) end
+    end
+  end
+  return nil
+end
+
+function Group:destroy()
+  for _, s in ipairs(self.sentinels) do s:destroy() end
+  if self.replica then self.replica:destroy() end
+  if self.master then self.master:destroy() end
 end
 
 function _M.postgres(opts)

@@ -10,8 +10,15 @@
 # process is gone, so an aborted test run leaves nothing behind.
 #
 #   servers.sh redis start [--persist | --appendfsync MODE] [--password PW] [--owner PID]
+#                          [--replicaof PORT | --sentinel-of PORT SENTINEL_OPTIONS]
 #       --persist: appendonly with appendfsync always (nothing acknowledged is
 #       lost, even to kill -9); --appendfsync everysec|no: appendonly, that policy
+#       --replicaof PORT: a replica of the server on 127.0.0.1:PORT (with
+#       masterauth PW when --password is given)
+#       --sentinel-of PORT: a Redis Sentinel (redis-server --sentinel, its
+#       --password is the sentinel's own) monitoring 127.0.0.1:PORT; options
+#       --master-name NAME (mymaster) --quorum N (2) --down-after MS (1000)
+#       --failover-timeout MS (3000) --master-password PW
 #   servers.sh pg start [--durable] [--owner PID]
 #       without --durable: fsync and full_page_writes off (fast; survives a
 #       server crash or restart, not a machine crash)
@@ -112,7 +119,8 @@ make_dir() {
 
 redis_launch() {
   dir=$1
-  setsid redis-server "$dir/redis.conf" </dev/null >>"$dir/redis.log" 2>&1 &
+  # (SENTINEL comes from server.env)
+  setsid redis-server "$dir/redis.conf" ${SENTINEL:+--sentinel} </dev/null >>"$dir/redis.log" 2>&1 &
   pid=$!
   echo "$pid" >"$dir/redis.pid"
   rc=0
@@ -126,9 +134,17 @@ redis_launch() {
 }
 
 redis_start_new() {
-  persist=no password="" owner=""
+  persist=no password="" owner="" replicaof="" sentinel_of=""
+  master_name=mymaster quorum=2 down_after=1000 failover_timeout=3000 master_password=""
   while [ $# -gt 0 ]; do
     case $1 in
+      --replicaof) replicaof=$2; shift ;;
+      --sentinel-of) sentinel_of=$2; shift ;;
+      --master-name) master_name=$2; shift ;;
+      --quorum) quorum=$2; shift ;;
+      --down-after) down_after=$2; shift ;;
+      --failover-timeout) failover_timeout=$2; shift ;;
+      --master-password) master_password=$2; shift ;;
       --persist) persist=always ;;
       --appendfsync)
         case ${2:-} in always|everysec|no) persist=$2 ;; *) die "redis start: --appendfsync always|everysec|no" ;; esac
@@ -155,12 +171,25 @@ redis_start_new() {
       echo "daemonize no"
       echo "enable-debug-command local"
       echo 'logfile ""'
-      echo 'save ""'
-      if [ $persist != no ]; then
-        echo "appendonly yes"
-        echo "appendfsync $persist"
+      if [ -n "$sentinel_of" ]; then
+        echo "sentinel monitor $master_name 127.0.0.1 $sentinel_of $quorum"
+        echo "sentinel down-after-milliseconds $master_name $down_after"
+        echo "sentinel failover-timeout $master_name $failover_timeout"
+        [ -n "$master_password" ] && echo "sentinel auth-pass $master_name $master_password"
+        # sentinels talk to each other with the password they require
+        [ -n "$password" ] && echo "sentinel sentinel-pass $password"
       else
-        echo "appendonly no"
+        echo 'save ""'
+        if [ $persist != no ]; then
+          echo "appendonly yes"
+          echo "appendfsync $persist"
+        else
+          echo "appendonly no"
+        fi
+        if [ -n "$replicaof" ]; then
+          echo "replicaof 127.0.0.1 $replicaof"
+          [ -n "$password" ] && echo "masterauth $password"
+        fi
       fi
       [ -n "$password" ] && echo "requirepass $password"
     } >"$dir/redis.conf"
@@ -168,7 +197,10 @@ redis_start_new() {
       echo "KIND=redis"
       echo "PORT=$port"
       echo "REDIS_PASSWORD='$password'"
+      [ -n "$sentinel_of" ] && echo "SENTINEL=yes"
     } >"$dir/server.env"
+    SENTINEL=""
+    [ -n "$sentinel_of" ] && SENTINEL=yes
     REDIS_PASSWORD=$password
     rc=0
     redis_launch "$dir" || rc=$?

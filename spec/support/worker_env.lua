@@ -4,7 +4,9 @@
 --   local wenv = require "worker_env"
 --   local env = wenv.new{ persist = true }         -- servers (one pair per spec file)
 --     (appendfsync = "everysec": Redis AOF with that policy; durable = true:
---     Postgres with fsync on, for benchmarks)
+--     Postgres with fsync on, for benchmarks; sentinel = {...}: Redis as a
+--     master, a replica and three sentinels, servers.redis_sentinel(those
+--     options), in env.sentinel; env.redis_url is then its redis-sentinel:// URL)
 --   env.redis_url, env.pg_url, env.checkpoint       -- checkpoint: the saver kind workers use
 --   local w = env:worker{ "--concurrency", "8" }    -- a worker process (consumer w<N>)
 --   w:wait_started()   w:signal("TERM")   w:kill()   w:wait(timeout) -> exit status
@@ -164,9 +166,14 @@ Env.__index = Env
 function _M.new(opts)
   opts = opts or {}
   local self = setmetatable({ procs = {}, n = 0 }, Env)
-  self.redis = servers.redis { persist = opts.persist, appendfsync = opts.appendfsync }
+  if opts.sentinel then
+    self.sentinel = servers.redis_sentinel(opts.sentinel)
+    self.redis_url = self.sentinel.url
+  else
+    self.redis = servers.redis { persist = opts.persist, appendfsync = opts.appendfsync }
+    self.redis_url = self.redis.url
+  end
   self.pg = servers.postgres { durable = opts.durable }
-  self.redis_url = self.redis.url
   self.pg_url = self.pg.url
   self.dir = _M.tmpdir("worker", "file")
   -- the workers' default saver: Postgres behind a Redis cache
@@ -227,6 +234,7 @@ function Env:destroy()
     os.execute("sleep 0.05")
   end
   if self.redis then self.redis:destroy() end
+  if self.sentinel then self.sentinel:destroy() end
   if self.pg then self.pg:destroy() end
   tmp.remove(self.dir)
   for _, p in ipairs(self.procs) do tmp.remove(p.dir) end

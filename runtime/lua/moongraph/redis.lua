@@ -17,11 +17,20 @@
 -- A connection that was lost is opened again (with AUTH and SELECT) by the
 -- next command; the command that saw the loss fails with its reason.
 --
+-- redis-sentinel://host:port,host:port/MASTER[/db] finds the master through
+-- Redis Sentinel (moongraph.redis.sentinel) each time a connection is
+-- opened, and checks with ROLE that it is one. During a failover, opening
+-- is retried with a short backoff for up to the command's timeout (the
+-- connect timeout when it has none), and a command refused by a demoted
+-- master (READONLY) or a node still loading (LOADING) is sent again to the
+-- new master within that time.
+--
 -- Replies: status and bulk strings -> string, integer -> integer, nil bulk or
 -- nil array -> redis.null, array -> list, an error reply -> nil, err (inside
 -- arrays and pipelines: {false, err}, as lua-resty-redis does).
 
 local core = require("moongraph.core")
+local sentinel = require("moongraph.redis.sentinel")
 local craw = core.redis
 local loop = core.loop
 
@@ -29,6 +38,7 @@ local type, error, tostring, tonumber, select, setmetatable, ipairs =
   type, error, tostring, tonumber, select, setmetatable, ipairs
 local concat, remove, unpack = table.concat, table.remove, table.unpack
 local format, upper = string.format, string.upper
+local min = math.min
 
 local _M = { null = craw.null }
 
@@ -55,7 +65,10 @@ local refused = {
   RESET = "RESET would drop AUTH and SELECT for every task on the connection",
 }
 
--- Commands that block the connection until data arrives.
+-- Commands that block the connection until data arrives. WAIT and WAITAOF
+-- wait for the writes of their own connection: sent with conn:call they
+-- run on a connection of their own that wrote nothing, so they belong at
+-- the end of the pipeline whose writes they wait for.
 local blocking = {
   BLPOP = true, BRPOP = true, BRPOPLPUSH = true, BLMOVE = true, BLMPOP = true,
   BZPOPMIN = true, BZPOPMAX = true, BZMPOP = true, WAIT = true, WAITAOF = true,
@@ -85,23 +98,48 @@ local function parse_query(q, cfg)
     elseif k == "timeout" then cfg.timeout = tonumber(v)
     elseif k == "connect_timeout" then cfg.connect_timeout = tonumber(v)
     elseif k == "password" then cfg.password = v
+    elseif k == "sentinel_password" and cfg.sentinels then cfg.sentinel_password = v
+    elseif k == "sentinel_password" then return nil, "sentinel_password is for redis-sentinel:// URLs"
     else return nil, "unknown URL parameter '" .. k .. "'" end
   end
   return true
 end
 
+local SENTINEL_FORM = "redis-sentinel://[[user]:password@]host[:port][,host[:port]...]/MASTER[/db]"
+
+-- The sentinels, the master's name and the database of a redis-sentinel:// URL.
+local function parse_sentinel_part(hostpart, cfg, url)
+  local list, master, db = hostpart:match("^([^/]*)/?([^/]*)/?(.*)$")
+  local hosts, err = sentinel.parse_hosts(list)
+  if not hosts then return nil, format("%s in URL: %s (%s)", err, url, SENTINEL_FORM) end
+  if master == "" then return nil, format("no master name in URL: %s (%s)", url, SENTINEL_FORM) end
+  if db ~= "" then
+    cfg.db = tonumber(db)
+    if not cfg.db or db:find("[^%d]") then return nil, "bad database number in URL: " .. url end
+  end
+  cfg.sentinels = hosts
+  cfg.master = unescape(master)
+  local addrs = {}
+  for i = 1, #hosts do addrs[i] = hosts[i].addr end
+  cfg.addr = format("master '%s' of sentinels %s", cfg.master, concat(addrs, ","))
+  return true
+end
+
 -- redis://[[user]:password@]host[:port][/db][?timeout=s&connect_timeout=s]
 -- unix://[[user]:password@]/path/to.sock[?db=n&timeout=s]
+-- redis-sentinel://[[user]:password@]host[:port][,host[:port]...]/MASTER[/db]
+--   [?sentinel_password=pw&timeout=s&connect_timeout=s]
+--   (the user and password are the data nodes'; sentinels default to port 26379)
 function _M.parse_url(url)
   if type(url) ~= "string" then return nil, "URL must be a string" end
   local scheme, rest = url:match("^(%a[%w+.-]*)://(.*)$")
-  if not scheme then return nil, "not a redis:// or unix:// URL: " .. url end
+  if not scheme then return nil, "not a redis://, redis-sentinel:// or unix:// URL: " .. url end
   scheme = scheme:lower()
   if scheme == "rediss" then
     return nil, "rediss:// (TLS) is not supported by this build's hiredis"
   end
-  if scheme ~= "redis" and scheme ~= "unix" then
-    return nil, "unsupported URL scheme '" .. scheme .. "' (redis:// or unix://)"
+  if scheme ~= "redis" and scheme ~= "unix" and scheme ~= "redis-sentinel" then
+    return nil, "unsupported URL scheme '" .. scheme .. "' (redis://, redis-sentinel:// or unix://)"
   end
   local cfg = { db = 0, connect_timeout = DEFAULT_CONNECT_TIMEOUT }
   local query
@@ -123,6 +161,9 @@ function _M.parse_url(url)
     end
     cfg.path = unescape(hostpart)
     cfg.addr = cfg.path
+  elseif scheme == "redis-sentinel" then
+    local ok, err = parse_sentinel_part(hostpart, cfg, url)
+    if not ok then return nil, err end
   else
     local host, port, db
     if hostpart:sub(1, 1) == "[" then
@@ -150,8 +191,10 @@ function _M.parse_url(url)
   return cfg
 end
 
--- One physical connection, authenticated and on the right database.
-local function open_raw(cfg, timeout)
+-- One physical connection, authenticated and on the right database; with
+-- expect_master, also checked with ROLE to be a master. -> raw | nil, err,
+-- permanent (permanent: AUTH or SELECT refused).
+local function open_raw(cfg, timeout, expect_master)
   local raw, err
   if cfg.path then raw, err = craw.connect(cfg.path, nil, cfg.connect_timeout)
   else raw, err = craw.connect(cfg.host, cfg.port, cfg.connect_timeout) end
@@ -162,6 +205,7 @@ local function open_raw(cfg, timeout)
     cmds[#cmds + 1] = cfg.user and { "AUTH", cfg.user, cfg.password } or { "AUTH", cfg.password }
   end
   if cfg.db ~= 0 then cmds[#cmds + 1] = { "SELECT", cfg.db } end
+  if expect_master then cmds[#cmds + 1] = { "ROLE" } end
   if #cmds > 0 then
     local res, perr = raw:pipeline(cmds)
     if not res then
@@ -172,12 +216,54 @@ local function open_raw(cfg, timeout)
       local r = res[i]
       if type(r) == "table" and r[1] == false then
         raw:close()
-        return nil, format("redis: %s on %s failed: %s", cmds[i][1], cfg.addr, r[2])
+        return nil, format("redis: %s on %s failed: %s", cmds[i][1], cfg.addr, r[2]), cmds[i][1] ~= "ROLE"
       end
+    end
+    if expect_master and not (type(res[#res]) == "table" and res[#res][1] == "master") then
+      raw:close()
+      return nil, format("redis-sentinel: %s, given as the master, is a %s (failover in progress?)",
+        cfg.addr, tostring(type(res[#res]) == "table" and res[#res][1] or "node of unknown role"))
     end
   end
   raw:set_timeout(timeout or 0)
   return raw
+end
+
+-- A connection to the master: the URL's address, or the one the sentinels
+-- give.
+local function open_master(cfg, timeout)
+  if not cfg.sentinels then return open_raw(cfg, timeout) end
+  local host, port, permanent = sentinel.master_addr(cfg)
+  if not host then return nil, port, permanent end
+  local node = {
+    host = host, port = port, addr = host .. ":" .. port, db = cfg.db,
+    user = cfg.user, password = cfg.password, connect_timeout = cfg.connect_timeout,
+  }
+  return open_raw(node, timeout, true)
+end
+
+-- How long a command may wait for a failover to end: its timeout, or the
+-- connect timeout for commands without one.
+local function failover_wait(self)
+  local t = self.timeout
+  if t and t > 0 then return t end
+  return self.cfg.connect_timeout
+end
+
+-- open_master; with sentinels, a master that cannot be had (a failover in
+-- progress) is looked up again, with a short backoff, until `deadline`.
+-- A refused password or an unknown master name is reported at once.
+local function open_failover(cfg, timeout, deadline)
+  local raw, err, permanent = open_master(cfg, timeout)
+  if raw or permanent or not cfg.sentinels then return raw, err end
+  local delay = 0.05
+  while loop.now() + delay < deadline do
+    loop.sleep(delay)
+    raw, err, permanent = open_master(cfg, timeout)
+    if raw or permanent then return raw, err end
+    delay = min(delay * 2, 0.5)
+  end
+  return nil, err
 end
 
 ---------------------------------------------------------------- connections
@@ -198,8 +284,9 @@ end
 
 -- The shared connection, opened (again) when needed. Tasks that arrive
 -- while another one is connecting wait for that attempt instead of opening
--- their own.
-local function ensure(self)
+-- their own. With sentinels, the master is looked up at each opening,
+-- until `deadline` (default: failover_wait from now).
+local function ensure(self, deadline)
   local raw = self.raw
   if raw and raw:connected() then return raw end
   if self.closed then return nil, "redis: connection closed" end
@@ -218,7 +305,7 @@ local function ensure(self)
     wake_all(waiters, true)
   end })
   local err
-  raw, err = open_raw(self.cfg, self.timeout)
+  raw, err = open_failover(self.cfg, self.timeout, deadline or loop.now() + failover_wait(self))
   if self.closed and raw then
     raw:close()
     return nil, "redis: connection closed"
@@ -236,14 +323,36 @@ local function check_name(fname, cmd)
   return upper(cmd)
 end
 
-local function blocking_call(self, ...)
-  if self.closed then return nil, "redis: connection closed" end
+-- Stop using the shared connection `raw` (a demoted master's): the next
+-- command opens a new one. Replies still due on it are awaited first.
+local function retire(self, raw)
+  if self.raw == raw then self.raw = nil end
+  if raw:inflight() == 0 then raw:close() end
+end
+
+local function demoted_in(res)
+  for i = 1, #res do
+    local r = res[i]
+    if type(r) == "table" and r[1] == false and sentinel.demoted(r[2]) then return r[2] end
+  end
+  return nil
+end
+
+-- The pause before sending again what a demoted master refused, or nil
+-- when the command's time for a failover is over.
+local function next_delay(deadline, delay)
+  delay = delay and min(delay * 2, 0.5) or 0.05
+  if loop.now() + delay >= deadline then return nil end
+  return delay
+end
+
+local function blocking_once(self, deadline, ...)
   local idle = self.blocking_idle
   local raw = remove(idle)
   while raw and not raw:connected() do raw = remove(idle) end
   if not raw then
     local err
-    raw, err = open_raw(self.cfg, 0)
+    raw, err = open_failover(self.cfg, 0, deadline)
     if not raw then return nil, err end
     raw:set_drop_on_cancel(true)
   end
@@ -254,7 +363,61 @@ local function blocking_call(self, ...)
     if raw:connected() and not self.closed and #idle < 8 then idle[#idle + 1] = raw
     else raw:close() end
   end })
-  return raw:call(...)
+  local res, err = raw:call(...)
+  -- a demoted master: drop this connection, the retry looks the master up
+  if res == nil and self.cfg.sentinels and sentinel.demoted(err) then raw:close() end
+  return res, err
+end
+
+-- Commands refused by a demoted master (READONLY) or by one still loading
+-- its data (LOADING) did not run: with sentinels they are sent again, after
+-- a short pause, to the master looked up anew, until the command's
+-- failover_wait is over.
+local function blocking_call(self, ...)
+  if self.closed then return nil, "redis: connection closed" end
+  local deadline = loop.now() + failover_wait(self)
+  local delay
+  while true do
+    local res, err = blocking_once(self, deadline, ...)
+    if res ~= nil or not (self.cfg.sentinels and sentinel.demoted(err)) or self.closed then
+      return res, err
+    end
+    delay = next_delay(deadline, delay)
+    if not delay then return res, err end
+    loop.sleep(delay)
+  end
+end
+
+-- raw:call(...) on the master, again after a demoted master's refusal
+-- (see blocking_call).
+local function call_on_master(self, raw, ...)
+  local deadline, delay
+  while true do
+    local res, err = raw:call(...)
+    if res ~= nil or not sentinel.demoted(err) or self.closed then return res, err end
+    retire(self, raw)
+    deadline = deadline or loop.now() + failover_wait(self)
+    delay = next_delay(deadline, delay)
+    if not delay then return res, err end
+    loop.sleep(delay)
+    raw, err = ensure(self, deadline)
+    if not raw then return nil, err end
+  end
+end
+
+local function pipeline_on_master(self, raw, cmds)
+  local deadline, delay
+  while true do
+    local res, err = raw:pipeline(cmds)
+    if not res or self.closed or not demoted_in(res) then return res, err end
+    retire(self, raw)
+    deadline = deadline or loop.now() + failover_wait(self)
+    delay = next_delay(deadline, delay)
+    if not delay then return res end
+    loop.sleep(delay)
+    raw, err = ensure(self, deadline)
+    if not raw then return nil, err end
+  end
 end
 
 -- conn:call(cmd, ...) -> reply | nil, err
@@ -271,7 +434,8 @@ function Conn:call(cmd, ...)
   if is_blocking(name, ...) then return blocking_call(self, cmd, ...) end
   local raw, err = ensure(self)
   if not raw then return nil, err end
-  return raw:call(cmd, ...)
+  if not self.cfg.sentinels then return raw:call(cmd, ...) end
+  return call_on_master(self, raw, cmd, ...)
 end
 
 local Pipeline = {}
@@ -283,7 +447,7 @@ function Pipeline:call(cmd, ...)
     error(format("bad argument #1 to 'call' (%s cannot be sent on a shared connection: %s)",
       name, refused[name]), 2)
   end
-  if is_blocking(name, ...) then
+  if is_blocking(name, ...) and name ~= "WAIT" and name ~= "WAITAOF" then
     error(format("bad argument #1 to 'call' (blocking command %s cannot be pipelined; use conn:call)", name), 2)
   end
   local n = select("#", ...)
@@ -323,7 +487,8 @@ function Conn:pipeline(fn)
   if #p.cmds == 0 then return {} end
   local raw, err = ensure(self)
   if not raw then return nil, err end
-  return raw:pipeline(p.cmds)
+  if not self.cfg.sentinels then return raw:pipeline(p.cmds) end
+  return pipeline_on_master(self, raw, p.cmds)
 end
 
 -- conn:set_timeout(sec): bound on every later command (0 or nil: none).
@@ -365,7 +530,7 @@ local Sub = {}
 Sub.__index = Sub
 
 local function sub_open(self)
-  local raw, err = open_raw(self.cfg, self.timeout)
+  local raw, err = open_failover(self.cfg, self.timeout, loop.now() + failover_wait(self))
   if not raw then return nil, err end
   local names = {}
   for n in pairs(self.channels) do names[#names + 1] = n end
