@@ -110,7 +110,10 @@ function _M.new(opts)
   local self = setmetatable({
     redis = conn, db = db, prefix = prefix, scripts = scripts, names = names,
     urls = { redis_url = opts.redis, pg_url = opts.pg },
-    client = assert(client_mod.connect({ redis = conn }, { prefix = prefix })),
+    -- behind Sentinel a job counts as queued once a replica has it too (a
+    -- failover loses what only the old master had)
+    client = assert(client_mod.connect({ redis = conn }, { prefix = prefix,
+      replicas = opts.redis:lower():find("^redis%-sentinel://") and 1 or 0 })),
     saver = nil,
   }, B)
   return self
