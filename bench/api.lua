@@ -1,18 +1,27 @@
 -- The Chat API under load (`make bench-api`): CLIENTS concurrent clients,
 -- each POST /chat/messages and then reading the job's SSE stream to `done`,
--- against `moongraph serve` (embedded backend, offline Eco² pipeline, a data
--- directory of its own); beside the same jobs submitted to the same backend
--- in this process without HTTP (moongraph.api.chat_embedded: the durable
--- accept, the run with its file checkpoints, the event log), read from its
--- event logs. The ratio is the gateway's overhead (goal <= 1.2x). Rounds
--- alternate (gateway, in-process, gateway, ...); figures are medians of the
--- rounds, with the load average beside.
+-- offline Eco² pipeline, in both backends, each beside the same jobs
+-- without the gateway:
 --
---   ./moongraph run bench/api.lua [CLIENTS] [ROUNDS]
+--   embedded     `moongraph serve` (a data directory of its own) beside the
+--                same jobs submitted to the same backend in this process
+--                without HTTP (moongraph.api.chat_embedded: the durable
+--                accept, the run with its file checkpoints, the event log)
+--   distributed  `moongraph serve --redis --pg` in front of one `moongraph
+--                worker` (--concurrency CLIENTS) beside the same jobs sent
+--                as `moongraph submit` does (worker client: XADD, then the
+--                job's event stream followed to done); throwaway Redis and
+--                PostgreSQL (spec/support/worker_env.lua)
+--
+-- The ratio is the gateway's overhead (goal <= 1.2x). Rounds alternate
+-- (gateway, without, gateway, ...); figures are medians of the rounds,
+-- with the load average beside.
+--
+--   ./moongraph run bench/api.lua [CLIENTS] [ROUNDS] [embedded|distributed|both]
 --
 -- Per round: p50 and p99 of the time to the first event and to `done`,
 -- measured from just before the POST (the submit), and jobs per second.
-package.path = "bench/?.lua;" .. package.path
+package.path = "bench/?.lua;spec/support/?.lua;" .. package.path
 local mg = require "moongraph"
 local http = require "moongraph.http"
 local process = require "moongraph.process"
@@ -21,6 +30,7 @@ local embedded = require "moongraph.api.chat_embedded"
 
 local CLIENTS = tonumber(arg and arg[1]) or 200
 local ROUNDS = tonumber(arg and arg[2]) or 3
+local WHICH = arg and arg[3] or "both"
 local MESSAGE = "종이 어떻게 버려? 그리고 수거함도 알려줘"
 local LOCATION = "서울특별시 강남구"
 
@@ -67,27 +77,20 @@ local function round(one)
            done_p50 = percentile(dones, 50), done_p99 = percentile(dones, 99), rate = CLIENTS / wall }
 end
 
--- the gateway: a moongraph serve process
-local serve_dir = tmpdir("serve")
-local srv = assert(process.spawn({ "./moongraph", "serve", "--port", "0", "--rate-limit", "0",
-  "--concurrency", tostring(CLIENTS), "--data", serve_dir .. "/data" }, { stderr = "inherit" }))
-local base
-for line in srv.stdout:lines() do
-  base = line:match("^listening on (%S+)")
-  if base then break end
-end
-assert(base, "moongraph serve did not start")
-
+-- The gateway's client: POST then the SSE stream to done -> first, done
 local body = json.encode { message = MESSAGE, user_location = LOCATION }
-local function via_http()
+local function via_http(base, headers)
   local t0 = mg.now()
+  local h = { ["Content-Type"] = "application/json" }
+  for k, v in pairs(headers or {}) do h[k] = v end
   local res = assert(http.request { method = "POST", url = base .. "/chat/messages", body = body,
-    headers = { ["Content-Type"] = "application/json" }, timeout = 120 })
+    headers = h, timeout = 120 })
   if res.status ~= 202 then error("POST answered " .. res.status .. ": " .. res.body, 0) end
   local job = assert(res:json())
   local first, done, tail = nil, nil, ""
-  local sres, err = http.request { url = base .. job.stream_url, timeout = 120,
-    headers = { Accept = "text/event-stream" },
+  local sh = { Accept = "text/event-stream" }
+  for k, v in pairs(headers or {}) do sh[k] = v end
+  local sres, err = http.request { url = base .. job.stream_url, timeout = 120, headers = sh,
     on_data = function(chunk)
       if not first and chunk:find("id:", 1, true) then first = mg.now() - t0 end
       local seen = tail .. chunk
@@ -102,39 +105,30 @@ local function via_http()
   return first, done
 end
 
--- the same jobs in this process, on a backend of its own
-local local_dir = tmpdir("inproc")
-local backend = assert(embedded.new { data = local_dir .. "/data", concurrency = CLIENTS,
-  scripts = { { name = "chat", path = "scripts/eco/chat.lua" } } })
-local function in_process()
-  local t0 = mg.now()
-  local job, status, msg = backend:submit("bench", { message = MESSAGE, user_location = LOCATION })
-  if not job then error("submit: " .. tostring(status) .. " " .. tostring(msg), 0) end
-  local log = assert(backend:events("bench", job.job_id))
-  local first, seen = nil, 0
-  while true do
-    local evs = log:after(seen)
-    for _, e in ipairs(evs) do
-      seen = e.id
-      if not first then first = mg.now() - t0 end
-      if e.type == "done" then return first, mg.now() - t0 end
-    end
-    log:wait(seen, 60)
+-- `moongraph serve ARGS...` started; its base URL and the process
+local function start_serve(args, env)
+  local full = { "./moongraph", "serve", "--port", "0", "--rate-limit", "0" }
+  for _, a in ipairs(args) do full[#full + 1] = a end
+  local srv = assert(process.spawn(full, { stderr = "inherit", env = env }))
+  for line in srv.stdout:lines() do
+    local base = line:match("^listening on (%S+)")
+    if base then return base, srv end
   end
+  error("moongraph serve did not start", 0)
 end
 
-do
-  round(via_http)      -- warm-up: connections, compiled scripts, the model
-  round(in_process)
-  local rows = { http = {}, inproc = {} }
-  print(string.format("%d clients at once, one message each, %d interleaved rounds:", CLIENTS, ROUNDS))
+local function compare(title, gateway, without, labels)
+  round(gateway)      -- warm-up: connections, compiled scripts, the model
+  round(without)
+  local rows = { a = {}, b = {} }
+  print(string.format("%s: %d clients at once, one message each, %d interleaved rounds:", title, CLIENTS, ROUNDS))
   for r = 1, ROUNDS do
-    rows.http[r] = round(via_http)
-    rows.inproc[r] = round(in_process)
-    for _, k in ipairs { "http", "inproc" } do
+    rows.a[r] = round(gateway)
+    rows.b[r] = round(without)
+    for _, k in ipairs { "a", "b" } do
       local x = rows[k][r]
-      print(string.format("  round %d %-10s first event p50 %7.1f p99 %7.1f ms; done p50 %7.1f p99 %7.1f ms; %6.0f jobs/s",
-        r, k == "http" and "HTTP+SSE" or "in-process", x.first_p50, x.first_p99, x.done_p50, x.done_p99, x.rate))
+      print(string.format("  round %d %-12s first event p50 %7.1f p99 %7.1f ms; done p50 %7.1f p99 %7.1f ms; %6.0f jobs/s",
+        r, labels[k], x.first_p50, x.first_p99, x.done_p50, x.done_p99, x.rate))
     end
   end
   local function med(k, field)
@@ -142,14 +136,71 @@ do
     for r = 1, ROUNDS do xs[r] = rows[k][r][field] end
     return median(xs)
   end
-  print(string.format("median HTTP+SSE:   first event p50 %.1f ms p99 %.1f ms; done p50 %.1f ms p99 %.1f ms; %.0f jobs/s",
-    med("http", "first_p50"), med("http", "first_p99"), med("http", "done_p50"), med("http", "done_p99"), med("http", "rate")))
-  print(string.format("median in-process: first event p50 %.1f ms p99 %.1f ms; done p50 %.1f ms p99 %.1f ms; %.0f jobs/s",
-    med("inproc", "first_p50"), med("inproc", "first_p99"), med("inproc", "done_p50"), med("inproc", "done_p99"), med("inproc", "rate")))
-  print(string.format("gateway overhead: done p50 %.2fx, throughput %.2fx (goal <= 1.2x)",
-    med("http", "done_p50") / med("inproc", "done_p50"), med("inproc", "rate") / med("http", "rate")))
+  for _, k in ipairs { "a", "b" } do
+    print(string.format("  median %-12s first event p50 %.1f ms p99 %.1f ms; done p50 %.1f ms p99 %.1f ms; %.0f jobs/s",
+      labels[k], med(k, "first_p50"), med(k, "first_p99"), med(k, "done_p50"), med(k, "done_p99"), med(k, "rate")))
+  end
+  print(string.format("  gateway overhead: done p50 %.2fx, throughput %.2fx (goal <= 1.2x)",
+    med("a", "done_p50") / med("b", "done_p50"), med("b", "rate") / med("a", "rate")))
   local load = io.open("/proc/loadavg")
-  if load then print("load average: " .. load:read("l")); load:close() end
-  srv:close()
+  if load then print("  load average: " .. load:read("l")); load:close() end
 end
-os.execute("rm -rf '" .. serve_dir .. "' '" .. local_dir .. "'")
+
+if WHICH == "embedded" or WHICH == "both" then
+  local serve_dir = tmpdir("serve")
+  local base, srv = start_serve { "--concurrency", tostring(CLIENTS), "--data", serve_dir .. "/data" }
+  local local_dir = tmpdir("inproc")
+  local backend = assert(embedded.new { data = local_dir .. "/data", concurrency = CLIENTS,
+    scripts = { { name = "chat", path = "scripts/eco/chat.lua" } } })
+  local function in_process()
+    local t0 = mg.now()
+    local job, status, msg = backend:submit("bench", { message = MESSAGE, user_location = LOCATION })
+    if not job then error("submit: " .. tostring(status) .. " " .. tostring(msg), 0) end
+    local log = assert(backend:events("bench", job.job_id))
+    local first, seen = nil, 0
+    while true do
+      for _, e in ipairs(log:after(seen)) do
+        seen = e.id
+        if not first then first = mg.now() - t0 end
+        if e.type == "done" then return first, mg.now() - t0 end
+      end
+      log:wait(seen, 60)
+    end
+  end
+  compare("embedded backend", function() return via_http(base) end, in_process,
+    { a = "HTTP+SSE", b = "in-process" })
+  srv:close()
+  os.execute("rm -rf '" .. serve_dir .. "' '" .. local_dir .. "'")
+end
+
+if WHICH == "distributed" or WHICH == "both" then
+  local wenv = require "worker_env"
+  local client = require "moongraph.worker.client"
+  local env = wenv.new { persist = true }
+  local ok, err = pcall(function()
+    local worker = env:worker { "--script", "chat=scripts/eco/chat.lua", "--concurrency", tostring(CLIENTS) }
+    worker:wait_started()
+    local base, srv = start_serve { "--script", "chat=scripts/eco/chat.lua", "--redis", env.redis_url,
+                                    "--pg", env.pg_url }
+    local c = assert(client.connect(env.redis_url))
+    local n = 0
+    local function submitted()
+      local t0 = mg.now()
+      n = n + 1
+      local job_id = assert(c:submit { thread_id = "bench-" .. n, user_id = "bench", script = "chat",
+                                       input = { message = MESSAGE, user_location = LOCATION } })
+      local first
+      local last, done = c:follow(job_id, { block = 1, idle_timeout = 120, on_event = function()
+        if not first then first = mg.now() - t0 end
+      end })
+      if not last then error("follow: " .. tostring(done), 0) end
+      return first, mg.now() - t0
+    end
+    compare("distributed backend (one worker)", function() return via_http(base) end, submitted,
+      { a = "HTTP+SSE", b = "submit" })
+    c:close()
+    srv:close()
+  end)
+  env:destroy()
+  if not ok then error(err, 0) end
+end

@@ -358,9 +358,15 @@ local function blocking_once(self, deadline, ...)
   end
   local busy = self.blocking_busy
   busy[raw] = true
+  self.blocking_n = self.blocking_n + 1
   local guard <close> = setmetatable({}, { __close = function()
     busy[raw] = nil
-    if raw:connected() and not self.closed and #idle < 8 then idle[#idle + 1] = raw
+    self.blocking_n = self.blocking_n - 1
+    -- keep as many as are in use at once (at least 8): a gateway following
+    -- hundreds of streams reuses its connections instead of opening one
+    -- per wait
+    if raw:connected() and not self.closed and #idle < math.max(8, self.blocking_n + 1) then
+      idle[#idle + 1] = raw
     else raw:close() end
   end })
   local res, err = raw:call(...)
@@ -699,6 +705,7 @@ local function new_conn(fname, url, opts)
     timeout = opts.timeout or cfg.timeout or 0,
     blocking_idle = {},
     blocking_busy = {},
+    blocking_n = 0,
     subs = {},
     closed = false,
   }, Conn)
