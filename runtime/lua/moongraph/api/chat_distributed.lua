@@ -97,7 +97,7 @@ function _M.new(opts)
   if #names == 0 then return nil, "no script: give --script [NAME=]PATH as the workers run it" end
   local conn, rerr = redis.connect(opts.redis)
   if not conn then return nil, "redis: " .. tostring(rerr) end
-  local db, perr = pg.pool(opts.pg, { size = opts.pool_size or 8 })
+  local db, perr = pg.pool(opts.pg, { size = opts.pool_size or 32 })
   if not db then conn:close(); return nil, "postgres: " .. tostring(perr) end
   -- one schema change at a time among serve processes starting together
   local ok, merr = db:transaction(function(tx)
