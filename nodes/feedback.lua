@@ -29,6 +29,7 @@
 local korean = require "nodes.lib.korean"
 local turn = require "nodes.lib.turn"
 local prompts = require "moongraph.prompt"
+local delete_bytes = require("moongraph.text").delete_bytes
 
 local type, ipairs, tostring, tonumber, concat = type, ipairs, tostring, tonumber, table.concat
 local floor, lower = math.floor, string.lower
@@ -47,12 +48,18 @@ local function round(x) return floor(x * 1000 + 0.5) / 1000 end
 
 local codes, len = utf8.codes, utf8.len
 
--- Deletes ASCII spaces and punctuation, like gsub("[%s%p]+", ""): each
--- match keeps a run of non-ASCII bytes (most of a Korean text) and drops
--- the spaces and punctuation after it, so the matcher steps over those runs
--- instead of trying the class at every byte.
+-- The bytes gsub(s, "[%s%p]+", "") deletes (ASCII spaces and punctuation),
+-- taken from the pattern itself so the two agree byte for byte.
+local SPACE_PUNCT = {}
+for b = 0, 255 do
+  local c = string.char(b)
+  if find(c, "[%s%p]") then SPACE_PUNCT[#SPACE_PUNCT + 1] = c end
+end
+SPACE_PUNCT = concat(SPACE_PUNCT)
+
+-- Deletes ASCII spaces and punctuation, in one pass (moongraph.text).
 local function strip(s)
-  return (gsub(s, "([\128-\255]*)[%s%p]*", "%1"))
+  return delete_bytes(s, SPACE_PUNCT)
 end
 
 -- The text units of a text as one string (see above).

@@ -49,6 +49,7 @@ int luaopen_moongraph_core(lua_State *L) {
     {"signal", mg_open_signal},
     {"process", mg_open_process},
     {"json", mg_open_json},
+    {"bytes", mg_open_bytes},
     {"server", mg_open_server},
   };
   lua_newtable(L);

@@ -4,6 +4,8 @@
 local utf8 = utf8
 local ulen, codes, find, sub, byte = utf8.len, utf8.codes, string.find, string.sub, string.byte
 
+local delete_bytes = require("moongraph.text").delete_bytes
+
 local _M = {}
 
 -- Particles and light endings that attach to a noun in a question
@@ -83,7 +85,7 @@ end
 
 -- Removes all whitespace (spacing variants: "페트 병" == "페트병").
 function _M.compact(s)
-  return (_M.normalize(s):gsub(" ", ""))
+  return delete_bytes(_M.normalize(s), " ")
 end
 
 -- The particles by their last byte, in the order of _M.particles (the first
@@ -248,7 +250,7 @@ Matcher.__index = Matcher
 
 function _M.matcher(question)
   local normalized = _M.normalize(question)
-  return setmetatable({ normalized = normalized, compact = (normalized:gsub(" ", "")), forms = nil }, Matcher)
+  return setmetatable({ normalized = normalized, compact = delete_bytes(normalized, " "), forms = nil }, Matcher)
 end
 
 -- Whether the question mentions a word: a word of two or more characters

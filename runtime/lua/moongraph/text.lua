@@ -6,10 +6,15 @@ lines, requests and JSON output, and error values made readable.
   text.to_utf8(s)        -> s with every invalid sequence replaced by U+FFFD
   text.error_message(e)  -> an error value as a message without the
                             traceback a task or xpcall added to it
+  text.delete_bytes(s, set) -> s without any byte that occurs in set (one
+                            pass in C, where gsub(s, "[...]+", "") tries a
+                            pattern at every byte)
 ]]
 
 local type, tostring = type, tostring
 local utf8_len, string_sub, string_find = utf8.len, string.sub, string.find
+
+local bytes = require("moongraph.core").bytes
 
 local _M = {}
 
@@ -43,6 +48,16 @@ function _M.error_message(e)
   local cut = string_find(e, "\nstack traceback:", 1, true)
   if cut then return string_sub(e, 1, cut - 1) end
   return e
+end
+
+function _M.delete_bytes(s, set)
+  if type(s) ~= "string" then
+    error("bad argument #1 to 'delete_bytes' (string expected, got " .. type(s) .. ")", 2)
+  end
+  if type(set) ~= "string" then
+    error("bad argument #2 to 'delete_bytes' (string expected, got " .. type(set) .. ")", 2)
+  end
+  return bytes.delete(s, set)
 end
 
 return _M

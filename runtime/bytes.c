@@ -1,0 +1,44 @@
+/*
+** bytes.c — byte-level string work for hot text paths (core.bytes).
+**
+**   bytes.delete(s, set) -> s without any byte that occurs in `set`
+**
+** One pass in C. The same with a Lua pattern (gsub(s, "[...]+", "")) tries
+** the pattern at every byte and costs some 25 ns a byte, which made such
+** clean-ups most of the CPU of text-heavy nodes.
+*/
+#include "mg.h"
+
+#include <string.h>
+
+static int l_delete(lua_State *L) {
+  size_t n, m;
+  const char *s = luaL_checklstring(L, 1, &n);
+  const char *set = luaL_checklstring(L, 2, &m);
+  unsigned char drop[256];
+  memset(drop, 0, sizeof drop);
+  for (size_t i = 0; i < m; i++) drop[(unsigned char)set[i]] = 1;
+  size_t i = 0;
+  while (i < n && !drop[(unsigned char)s[i]]) i++;
+  if (i == n) {            /* nothing to delete: s itself */
+    lua_settop(L, 1);
+    return 1;
+  }
+  luaL_Buffer b;
+  char *out = luaL_buffinitsize(L, &b, n);
+  memcpy(out, s, i);
+  size_t k = i;
+  for (; i < n; i++)
+    if (!drop[(unsigned char)s[i]]) out[k++] = s[i];
+  luaL_pushresultsize(&b, k);
+  return 1;
+}
+
+int mg_open_bytes(lua_State *L) {
+  const luaL_Reg funcs[] = {
+    {"delete", l_delete},
+    {NULL, NULL},
+  };
+  luaL_newlib(L, funcs);
+  return 1;
+}

@@ -1,0 +1,43 @@
+-- moongraph.text.delete_bytes: every byte of a set taken out, in one pass,
+-- with the same result as the gsub it replaces on hot text paths.
+local text = require "moongraph.text"
+
+describe("text.delete_bytes", function()
+  it("deletes every byte that occurs in the set, and only those", function()
+    assert.equal("abc", text.delete_bytes("a, b. c!", " ,.!"))
+    assert.equal("종이류배출", text.delete_bytes("종이류: 배출.", " :."))
+    assert.equal("", text.delete_bytes(" , ", " ,"))
+    assert.equal("", text.delete_bytes("", "abc"))
+    assert.equal("x\0y", text.delete_bytes("x\0y", ""))
+    assert.equal("xy", text.delete_bytes("x\0y\0", "\0"))
+    -- bytes of multi-byte characters are bytes like any other
+    assert.equal("\128", text.delete_bytes("\128\255", "\255"))
+  end)
+
+  it("returns the string itself when nothing is deleted", function()
+    local s = string.rep("가나다", 100)
+    assert.equal(s, text.delete_bytes(s, " "))
+  end)
+
+  it("agrees with gsub over random strings", function()
+    math.randomseed(11)
+    local set = " \t\n,.!?:;-_()[]"
+    local pattern = "[" .. set:gsub("%p", "%%%0") .. "]"
+    for _ = 1, 2000 do
+      local parts = {}
+      for i = 1, math.random(0, 40) do
+        parts[i] = string.char(math.random(0, 255))
+        if math.random() < 0.4 then parts[i] = set:sub(math.random(#set), math.random(#set)) end
+      end
+      local s = table.concat(parts)
+      assert.equal((s:gsub(pattern, "")), text.delete_bytes(s, set))
+    end
+  end)
+
+  it("names a bad argument", function()
+    assert.has_error(function() text.delete_bytes(nil, " ") end,
+      "bad argument #1 to 'delete_bytes' (string expected, got nil)")
+    assert.has_error(function() text.delete_bytes("x", 3) end,
+      "bad argument #2 to 'delete_bytes' (string expected, got number)")
+  end)
+end)
