@@ -115,6 +115,9 @@ function _M.summarize_items(items, now_epoch)
   local today, now_slot = kma_time.slot(now_epoch)
   local now_key = today .. now_slot
   local by_slot, keys = {}, {}
+  -- only today's slots and the first one from now are read below: a slot
+  -- of a later day is kept only while it is the earliest seen
+  local first_key = nil
   -- KMA lists the categories of one hour together: consecutive items of the
   -- same date and time share the previous item's key and slot
   local none = {}
@@ -135,11 +138,12 @@ function _M.summarize_items(items, now_epoch)
           local key = (date or "") .. (time or "")
           if key >= now_key then
             slot = by_slot[key]
-            if not slot then
+            if not slot and (date == today or first_key == nil or key < first_key) then
               slot = { date = date, time = time }
               by_slot[key] = slot
               keys[#keys + 1] = key
             end
+            if first_key == nil or key < first_key then first_key = key end
           else
             slot = nil
           end

@@ -233,14 +233,16 @@ end
 -- tables, the same few hundred words on every turn (never the questions).
 local word_forms, word_forms_n = {}, 0
 
+-- word -> { compact form, whether it has two characters or more }
 local function word_form(word)
-  local w = word_forms[word]
-  if w then return w end
-  w = _M.compact(word)
+  local f = word_forms[word]
+  if f then return f end
+  local w = _M.compact(word)
+  f = { w, (ulen(w) or #w) >= 2 }
   if word_forms_n >= 4096 then word_forms, word_forms_n = {}, 0 end
-  word_forms[word] = w
+  word_forms[word] = f
   word_forms_n = word_forms_n + 1
-  return w
+  return f
 end
 
 -- A question made ready for many mentions() checks: its compact form, and
@@ -258,9 +260,10 @@ end
 -- "의류수거함"); a one-character word as a whole token, particles stripped
 -- ("옷은" mentions "옷", "옷걸이" does not).
 function Matcher:mentions(word)
-  local w = word_form(word)
+  local f = word_form(word)
+  local w = f[1]
   if w == "" then return false end
-  if (ulen(w) or #w) >= 2 then
+  if f[2] then
     return find(self.compact, w, 1, true) ~= nil
   end
   local forms = self.forms
