@@ -190,7 +190,23 @@ Sub.__index = Sub
 
 -- next(timeout) -> events after the last one given ({id, type, data =
 -- JSON text}), {} after `timeout` seconds without one | nil, err
+-- A finished job whose events have expired (the workers' --events-ttl):
+-- nil, why | false (it may still come).
+function Sub:_expired()
+  if self.redis:call("EXISTS", self.key) ~= 0 then return false end
+  local rows = self.db:query("SELECT 1 FROM job_results WHERE job_id = $1", { self.job_id })
+  if rows and rows[1] then
+    return "expired; the answer is in the conversation (GET /chat/conversations/" .. self.conversation_id .. ")"
+  end
+  return false
+end
+
 function Sub:next(timeout)
+  if not self.checked then
+    self.checked = true
+    local why = self:_expired()
+    if why then return nil, why end
+  end
   local block = math_max(1, math_floor((timeout or 15) * 1000))
   local res, err = self.redis:call("XREAD", "COUNT", 256, "BLOCK", block, "STREAMS", self.key, self.last)
   if res == nil and err ~= nil then return nil, err end
@@ -202,7 +218,11 @@ function Sub:next(timeout)
       out[#out + 1] = { id = ev.id, type = ev.type, data = ev.raw or "{}" }
       if ev.type == "done" then break end
     end
+    return out
   end
+  -- nothing for a while: the events may have expired meanwhile
+  local why = self:_expired()
+  if why then return nil, why end
   return out
 end
 
@@ -219,11 +239,13 @@ function B:subscribe(user, job_id, last_id)
   if type(job_id) ~= "string" or not ids.valid(job_id) then
     return nil, 404, "job '" .. tostring(job_id) .. "' not found"
   end
-  local rows, err = self.db:query([[SELECT 1 FROM chat_messages m JOIN chat_conversations c ON c.id = m.conversation_id
+  local rows, err = self.db:query([[SELECT m.conversation_id FROM chat_messages m
+                                    JOIN chat_conversations c ON c.id = m.conversation_id
                                     WHERE m.job_id = $1 AND c.user_id = $2]], { job_id, user })
   if not rows then return nil, 503, "the job could not be looked up: " .. error_message(err) end
   if not rows[1] then return nil, 404, "job '" .. job_id .. "' not found" end
-  return setmetatable({ redis = self.redis, key = self.client:events_key(job_id), last = last }, Sub)
+  return setmetatable({ redis = self.redis, db = self.db, key = self.client:events_key(job_id), last = last,
+                        job_id = job_id, conversation_id = rows[1].conversation_id }, Sub)
 end
 
 ---------------------------------------------------------------- conversations
