@@ -142,7 +142,10 @@ describe("moongraph worker with a script of its own", function()
   end)
 
   it("after kill -9, the worker that resumes the job records it once and does not build its input again", function()
-    local a = env:worker { "--script", HOOKS, "--claim-idle", "1" }
+    -- durability sync: the run's first checkpoint is saved before its node
+    -- starts (under async, the default, a kill may lose it and the input
+    -- is built again)
+    local a = env:worker { "--script", HOOKS, "--claim-idle", "1", "--durability", "sync" }
     mg.run(function()
       a:wait_started()
       local r, db = env:conns()
@@ -155,7 +158,8 @@ describe("moongraph worker with a script of its own", function()
       assert(at, "the work node never started: " .. tostring(done_early))
       assert.is_nil(done_early)
       assert.equal(137, a:kill())
-      local b = env:worker { "--script", HOOKS, "--claim-idle", "1", "--claim-interval", "0.2" }
+      local b = env:worker { "--script", HOOKS, "--claim-idle", "1", "--claim-interval", "0.2",
+                             "--durability", "sync" }
       local _, done = events_of(c, id, 30)
       assert.equal("done", done.data.status)
       assert.equal("SAID SLOW", assert(results.get(db, id)).answer)
