@@ -122,6 +122,9 @@ describe("Chat API, distributed backend (serve --redis --pg + worker)", function
       local list = call("GET", "/chat/conversations")
       assert.equal(200, list.status)
       assert.equal(conv, list.json.items[1].id)
+      assert.equal(4, list.json.items[1].messages)
+      assert.equal("종이 어떻게 버려? 그리고 수거함도 알려줘", list.json.items[1].title)
+      assert.is_string(list.json.items[1].last_message)
     end)
   end)
 

@@ -259,7 +259,10 @@ function B:conversations(user, page)
   local rows, err = self.db:query([[
     SELECT c.id, c.title, to_json(c.created_at)#>>'{}' AS created_at,
            to_json(c.updated_at)#>>'{}' AS updated_at,
-           (SELECT count(*) FROM chat_messages m WHERE m.conversation_id = c.id)::int AS messages,
+           (SELECT count(*) + count(r.job_id) FROM chat_messages m LEFT JOIN job_results r ON r.job_id = m.job_id
+             WHERE m.conversation_id = c.id)::int AS messages,
+           (SELECT coalesce(r.answer, m.content) FROM chat_messages m LEFT JOIN job_results r ON r.job_id = m.job_id
+             WHERE m.conversation_id = c.id ORDER BY m.created_at DESC, m.job_id DESC LIMIT 1) AS last_message,
            count(*) OVER ()::int AS total
       FROM chat_conversations c WHERE c.user_id = $1
      ORDER BY c.updated_at DESC, c.id DESC LIMIT $2 OFFSET $3]], { user, page.limit, page.offset })
@@ -271,8 +274,9 @@ function B:conversations(user, page)
   end
   local items = json.array()
   for i, r in ipairs(rows) do
+    local last = null_to_nil(r.last_message)
     items[i] = { id = r.id, title = r.title, created_at = iso(r.created_at), updated_at = iso(r.updated_at),
-                 messages = r.messages * 2 }
+                 messages = r.messages, last_message = last and title_of(last) or json.null }
   end
   local off, lim = page.offset, page.limit
   return { items = items, total = total, limit = lim, offset = off,
