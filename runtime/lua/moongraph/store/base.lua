@@ -360,7 +360,10 @@ end
 --[[ s:get(namespace, key [, {refresh_ttl =}]) -> item | nil (absent) | nil, err ]]
 function methods:get(namespace, key, opts)
   check_self(self, "get")
-  local res, err = self:_batch({ get_op(self, namespace, key, opts, "get", 1, 3) })
+  local op = get_op(self, namespace, key, opts, "get", 1, 3)
+  -- a backend may answer a lone get without a batch (the memory store)
+  if self._get then return self:_get(op) end
+  local res, err = self:_batch({ op })
   if not res then return nil, err end
   return res[1]
 end

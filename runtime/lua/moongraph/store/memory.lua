@@ -234,6 +234,25 @@ end
 
 local NONE = {}
 
+-- One get: what _batch does for a batch of it alone, without the batch's
+-- lists (the common call, from nodes and the API).
+function store:_get(op)
+  local now = self.clock()
+  if self.ttl_used and now >= self.next_sweep then
+    sweep(self, now)
+    self.next_sweep = now + self.ttl_config.sweep_interval_minutes * 60
+  end
+  local ns = self.data[op.nskey]
+  local rec = ns and ns.items[op.key]
+  if rec and not live(rec, now) then
+    remove(self, op.nskey, op.key)
+    return nil
+  end
+  if not rec then return nil end
+  if op.refresh and rec.ttl then refresh(rec, now) end
+  return item(ns.ns, op.key, rec)
+end
+
 function store:_batch(ops)
   local any_write, searches = false, nil
   for _, op in ipairs(ops) do
