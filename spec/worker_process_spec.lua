@@ -225,7 +225,12 @@ describe("moongraph worker", function()
       assert.equal("done", row.status)
       assert.same({}, { results.get(db, later) })   -- no row, and no error reading it
       assert.equal(1, r:call("XLEN", "moongraph:jobs"))                  -- still queued
-      assert.equal(0, r:call("XPENDING", "moongraph:jobs", "moongraph")[1]) -- and nobody's
+      -- and nobody's: a read already blocked when the drain began may have
+      -- had it delivered; then the drain released it (idle past claim_idle,
+      -- 30 s) for the next worker's first claim pass
+      for _, p in ipairs(r:call("XPENDING", "moongraph:jobs", "moongraph", "-", "+", 10)) do
+        assert.is_true(p[3] >= 30000, "a pending job not released: " .. table.concat(p, " "))
+      end
       assert.equal(0, r:call("EXISTS", "moongraph:workers:" .. "w" .. env.n))
       -- the next worker takes it
       local w2 = env:worker { "--script", STEPS }
@@ -274,7 +279,9 @@ describe("moongraph worker", function()
         assert.equal(2, row.deliveries)
         b:signal("TERM")
         b:wait()
-        assert.equal(1, #b:logged("job claimed from a stalled or dead worker"))
+        -- (a loaded machine may let b's claim pass see the entry again while
+        -- it is acknowledged: that delivery finds the result and ends there)
+        assert.is_true(#b:logged("job claimed from a stalled or dead worker") >= 1)
         assert.equal(1, #b:logged("job resumed from its checkpoint"))
       end)
     end)
