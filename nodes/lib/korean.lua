@@ -88,25 +88,39 @@ function _M.compact(s)
   return delete_bytes(_M.normalize(s), " ")
 end
 
--- The particles by their last byte, in the order of _M.particles (the first
--- that fits wins), so a token is compared with the few that can end it.
--- Rebuilt when _M.particles is replaced or grows or shrinks.
-local by_last, indexed, indexed_n = nil, nil, -1
-
-local function particles_ending(b)
-  local list = _M.particles
-  if list ~= indexed or #list ~= indexed_n then
-    by_last = {}
-    for _, p in ipairs(list) do
-      local k = byte(p, -1)
-      local l = by_last[k]
-      if not l then l = {}; by_last[k] = l end
-      l[#l + 1] = p
-    end
-    indexed, indexed_n = list, #list
-  end
-  return by_last[b]
+-- The first character of a non-empty string (its UTF-8 bytes).
+local function first_char(s)
+  local b = byte(s, 1)
+  return sub(s, 1, b < 0xC0 and 1 or b < 0xE0 and 2 or b < 0xF0 and 3 or 4)
 end
+
+-- keyed_index(field, key_of) -> lookup(key): the non-empty words of the
+-- list _M[field] with that key_of(word), in list order (the first that fits
+-- wins), so a token is compared with the few that can fit it. Rebuilt when
+-- the list is replaced or grows or shrinks.
+local function keyed_index(field, key_of)
+  local index, seen, seen_n = nil, nil, -1
+  return function(key)
+    local list = _M[field]
+    if list ~= seen or #list ~= seen_n then
+      index = {}
+      for _, w in ipairs(list) do
+        if w ~= "" then
+          local k = key_of(w)
+          local l = index[k]
+          if not l then l = {}; index[k] = l end
+          l[#l + 1] = w
+        end
+      end
+      seen, seen_n = list, #list
+    end
+    return index[key]
+  end
+end
+
+-- the particles by their last byte, the stop prefixes by their first character
+local particles_ending = keyed_index("particles", function(p) return byte(p, -1) end)
+local prefixes_starting = keyed_index("stop_prefixes", first_char)
 
 -- Strips one trailing particle or ending when at least one character remains.
 -- (tok longer than the particle leaves at least one character: the bytes
@@ -135,33 +149,6 @@ function _M.variants(tok)
   local b = _M.strip_particle(a)
   if b == a then return { tok, a } end
   return { tok, a, b }
-end
-
--- The first character of a non-empty string (its UTF-8 bytes).
-local function first_char(s)
-  local b = byte(s, 1)
-  return sub(s, 1, b < 0xC0 and 1 or b < 0xE0 and 2 or b < 0xF0 and 3 or 4)
-end
-
--- The stop prefixes by their first character, in order; rebuilt like the
--- particles' index.
-local by_first, prefixes_indexed, prefixes_n = nil, nil, -1
-
-local function prefixes_starting(c)
-  local list = _M.stop_prefixes
-  if list ~= prefixes_indexed or #list ~= prefixes_n then
-    by_first = {}
-    for _, p in ipairs(list) do
-      if p ~= "" then
-        local k = first_char(p)
-        local l = by_first[k]
-        if not l then l = {}; by_first[k] = l end
-        l[#l + 1] = p
-      end
-    end
-    prefixes_indexed, prefixes_n = list, #list
-  end
-  return by_first[c]
 end
 
 local function stop_of(tok)
