@@ -234,14 +234,18 @@ end
 
 local NONE = {}
 
--- One get: what _batch does for a batch of it alone, without the batch's
--- lists (the common call, from nodes and the API).
-function store:_get(op)
+-- The clock, after a sweep of expired items when one is due.
+local function tick(self)
   local now = self.clock()
   if self.ttl_used and now >= self.next_sweep then
     sweep(self, now)
     self.next_sweep = now + self.ttl_config.sweep_interval_minutes * 60
   end
+  return now
+end
+
+-- A get op's item, or nil; its TTL refreshed when asked and `may_refresh`.
+local function read(self, op, now, may_refresh)
   local ns = self.data[op.nskey]
   local rec = ns and ns.items[op.key]
   if rec and not live(rec, now) then
@@ -249,8 +253,13 @@ function store:_get(op)
     return nil
   end
   if not rec then return nil end
-  if op.refresh and rec.ttl then refresh(rec, now) end
+  if may_refresh and op.refresh and rec.ttl then refresh(rec, now) end
   return item(ns.ns, op.key, rec)
+end
+
+-- One get, without a batch's lists (the common call, from nodes and the API).
+function store:_get(op)
+  return read(self, op, tick(self), true)
 end
 
 function store:_batch(ops)
@@ -274,27 +283,13 @@ function store:_batch(ops)
       attach(vecs)
     end
   end
-  local now = self.clock()
-  if self.ttl_used and now >= self.next_sweep then
-    sweep(self, now)
-    self.next_sweep = now + self.ttl_config.sweep_interval_minutes * 60
-  end
+  local now = tick(self)
   local results = { n = #ops }
   for i, op in ipairs(ops) do
     local kind = op.kind
     if kind == "get" then
-      local ns = self.data[op.nskey]
-      local rec = ns and ns.items[op.key]
-      if rec and not live(rec, now) then
-        remove(self, op.nskey, op.key)
-        rec = nil
-      end
-      if rec then
-        if op.refresh and rec.ttl and not (any_write and written[base.write_id(op.nskey, op.key)]) then
-          refresh(rec, now)
-        end
-        results[i] = item(ns.ns, op.key, rec)
-      end
+      -- a key the batch writes keeps the TTL the write gives it
+      results[i] = read(self, op, now, not (any_write and written[base.write_id(op.nskey, op.key)]))
     elseif kind == "search" then
       results[i] = do_search(self, op, now, written)
     elseif kind == "list" then
