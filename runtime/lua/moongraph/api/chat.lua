@@ -43,6 +43,21 @@ _M.HEARTBEAT = 15               -- seconds between comments on an idle stream
 _M.PAGE = 20                    -- conversations per page by default
 _M.MAX_PAGE = 100
 _M.ANONYMOUS = "local"          -- the user of every request when no keys are set
+_M.TITLE_CHARS = 60             -- characters of a conversation's title
+
+-- A conversation's title (and a last message's preview) in every backend:
+-- the first TITLE_CHARS characters of a message, whole UTF-8 characters,
+-- its spacing made one line.
+function _M.title(message)
+  local t = message:gsub("%s+", " "):gsub("^ ", "")
+  local n, cut = 0, #t
+  for p in utf8.codes(t) do
+    n = n + 1
+    if n > _M.TITLE_CHARS then cut = p - 1 break end
+  end
+  if cut < #t then return t:sub(1, cut) .. "…" end
+  return t
+end
 
 local SSE_HEADERS = {
   ["Content-Type"] = "text/event-stream",

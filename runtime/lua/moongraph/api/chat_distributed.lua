@@ -71,13 +71,7 @@ CREATE TABLE IF NOT EXISTS chat_messages (
 CREATE INDEX IF NOT EXISTS chat_messages_conversation ON chat_messages (conversation_id, created_at);
 ]]
 
--- a title: the first message's first line, at most 40 characters
-local function title_of(s)
-  local line = s:match("^%s*([^\n]*)") or ""
-  local n = utf8.len(line) or #line
-  if n > 40 then line = line:sub(1, utf8.offset(line, 41) - 1) .. "…" end
-  return line
-end
+local title_of = require("moongraph.api.chat").title
 
 local function null_to_nil(v)
   if v == pg.null then return nil end

@@ -39,6 +39,7 @@ anyone else is answered as for an id that does not exist.
 
 local mg = require "moongraph"
 local json = require "moongraph.json"
+local chat = require "moongraph.api.chat"
 local ids = require "moongraph.ids"
 local joblog = require "moongraph.api.joblog"
 local scripts = require "moongraph.worker.scripts"
@@ -59,7 +60,6 @@ B.__index = B
 
 _M.CONCURRENCY = 64
 _M.JOB_TIMEOUT = 600
-_M.TITLE_CHARS = 60
 
 ---------------------------------------------------------------- helpers
 
@@ -90,17 +90,7 @@ local function write_json(path, v)
   return store.write(path, body)
 end
 
--- The first characters of a message (whole UTF-8 characters), one line.
-local function title_of(message)
-  local t = message:gsub("%s+", " "):gsub("^ ", "")
-  local n, cut = 0, #t
-  for p in utf8.codes(t) do
-    n = n + 1
-    if n > _M.TITLE_CHARS then cut = p - 1 break end
-  end
-  if cut < #t then return t:sub(1, cut) .. "…" end
-  return t
-end
+local title_of = chat.title
 
 -- A mutex per name (mg.queue holding one token).
 local function lock(self, name)
