@@ -27,6 +27,7 @@ local http = require "moongraph.http"
 local process = require "moongraph.process"
 local json = require "moongraph.json"
 local embedded = require "moongraph.api.chat_embedded"
+local stats = require "stats"
 
 local CLIENTS = tonumber(arg and arg[1]) or 200
 local ROUNDS = tonumber(arg and arg[2]) or 3
@@ -42,17 +43,7 @@ local function tmpdir(tag)
   return d
 end
 
-local function percentile(sorted, p)
-  return sorted[math.max(1, math.ceil(p / 100 * #sorted))]
-end
-
-local function median(xs)
-  local s = {}
-  for i, x in ipairs(xs) do s[i] = x end
-  table.sort(s)
-  local n = #s
-  return n % 2 == 1 and s[(n + 1) // 2] or (s[n // 2] + s[n // 2 + 1]) / 2
-end
+local percentile, median = stats.percentile, stats.median
 
 -- CLIENTS jobs at once through one(i) -> first, done (seconds after its
 -- start): {first_p50, first_p99, done_p50, done_p99 (ms), rate (jobs/s)}

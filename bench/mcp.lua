@@ -10,6 +10,8 @@
 -- Rounds alternate the two clients; the summary gives medians over rounds
 -- and ratios (SDK figure / moongraph figure for time, the inverse for
 -- rates), with the machine's load average.
+package.path = "bench/?.lua;" .. package.path
+local stats = require "stats"
 local mg = require "moongraph"
 local mcp = require "moongraph.mcp"
 local process = require "moongraph.process"
@@ -19,14 +21,7 @@ local SEQ, CONC, INFLIGHT = 2000, 5000, 32
 local bin = os.getenv("MOONGRAPH_BIN") or "./moongraph"
 local server = { bin, "mcp", "serve", "bench/mcp_tools.lua" }
 
-local function median(t)
-  local s = {}
-  for i, v in ipairs(t) do s[i] = v end
-  table.sort(s)
-  local n = #s
-  if n % 2 == 1 then return s[(n + 1) // 2] end
-  return (s[n // 2] + s[n // 2 + 1]) / 2
-end
+local median = stats.median
 
 local function loadavg()
   local f = io.open("/proc/loadavg")

@@ -27,6 +27,7 @@ local testserver = require "testserver"
 local fx = require "node_fixtures"
 local chat = require "scripts.eco.chat"
 local rss = require "rss"
+local stats = require "stats"
 
 local RUNS = tonumber(arg and arg[1]) or 200
 local CONCURRENCY = tonumber(arg and arg[2]) or 50
@@ -45,10 +46,7 @@ srv:record {
   { path = "/getVilageFcst", status = 200, body = fx.raw("kma_vilage_fcst.json"), delay_ms = DELAY_MS },
 }
 
-local function percentile(sorted, p)
-  local i = math.max(1, math.ceil(p / 100 * #sorted))
-  return sorted[i]
-end
+local percentile, median = stats.percentile, stats.median
 
 local input = chat.input(MESSAGE, { location = LOCATION })
 
@@ -59,14 +57,6 @@ local function config()
   end
   cfg.clock = function() return FORECAST_TIME end
   return cfg
-end
-
-local function median(xs)
-  local s = {}
-  for i, x in ipairs(xs) do s[i] = x end
-  table.sort(s)
-  local n = #s
-  return n % 2 == 1 and s[(n + 1) // 2] or (s[n // 2] + s[n // 2 + 1]) / 2
 end
 
 -- latency of one() runs, one at a time; returns the p50 in ms

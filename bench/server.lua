@@ -18,6 +18,8 @@
 --
 -- Every server runs in its own process; this script only drives them. node
 -- is optional (skipped with a note when not installed).
+package.path = "bench/?.lua;" .. package.path
+local stats = require "stats"
 local ROUNDS = tonumber(arg and arg[1]) or 5
 local SECONDS = tonumber(arg and arg[2]) or 5
 local SSE_N = tonumber(arg and arg[3]) or 10000
@@ -116,15 +118,7 @@ local function wrk(url, secs, pid)
   return rps, ms(v, unit), cpu and cpu * 1e6 / total
 end
 
-local function median(t)
-  local s = {}
-  for i, v in ipairs(t) do s[i] = v end
-  table.sort(s)
-  local n = #s
-  if n == 0 then return nil end
-  if n % 2 == 1 then return s[(n + 1) // 2] end
-  return (s[n // 2] + s[n // 2 + 1]) / 2
-end
+local median = stats.median
 
 -- ------------------------------------------------------------- requests
 

@@ -8,7 +8,7 @@
 -- PostgreSQL is a throwaway server with fsync on; both sides use a pool of
 -- 8 connections. `make bench-store` runs it.
 -- Usage: moongraph run bench/store.lua [rounds] [per_task] [searches_per_task]
-package.path = "spec/support/?.lua;" .. package.path
+package.path = "bench/?.lua;spec/support/?.lua;" .. package.path
 local mg = require "moongraph"
 local servers = require "servers"
 
@@ -113,14 +113,7 @@ for round = 1, ROUNDS do
   io.stderr:write(string.format("round %d/%d done\n", round, ROUNDS))
 end
 
-local function median(list)
-  if not list or #list == 0 then return nil end
-  local t = {}
-  for i, v in ipairs(list) do t[i] = v end
-  table.sort(t)
-  local n = #t
-  return n % 2 == 1 and t[(n + 1) // 2] or (t[n // 2] + t[n // 2 + 1]) / 2
-end
+local median = require("stats").median
 
 print(string.format("\nStore ops/s from %d tasks, median of %d interleaved rounds (%d puts, %d gets, %d batched gets, %d searches per task per round)",
   TASKS, ROUNDS, PER_TASK, PER_TASK, PER_TASK, SEARCHES))
