@@ -42,8 +42,8 @@ local checkpointer = require "moongraph.worker.checkpointer"
 local scripts_mod = require "moongraph.worker.scripts"
 local text = require "moongraph.text"
 
-local type, tostring, pairs, ipairs, setmetatable, pcall, error =
-  type, tostring, pairs, ipairs, setmetatable, pcall, error
+local type, tostring, ipairs, setmetatable, pcall, error =
+  type, tostring, ipairs, setmetatable, pcall, error
 local math_floor, math_max = math.floor, math.max
 local error_message = text.error_message
 
