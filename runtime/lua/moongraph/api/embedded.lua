@@ -42,13 +42,13 @@ local core = require "moongraph.core"
 local scripts = require "moongraph.worker.scripts"
 local text = require "moongraph.text"
 local multitask = require "moongraph.multitask"
+local lgrun = require "moongraph.langgraph_run"
 
 local type, pairs, ipairs, tostring, tonumber, setmetatable, pcall, error, next =
   type, pairs, ipairs, tostring, tonumber, setmetatable, pcall, error, next
 local string_format, string_gsub, string_byte, string_char =
   string.format, string.gsub, string.byte, string.char
 local table_sort, table_remove = table.sort, table.remove
-local math_floor = math.floor
 local null = json.null
 local array = json.array
 
@@ -60,8 +60,7 @@ B.__index = B
 local Run = {}
 Run.__index = Run
 
-_M.STREAM_MODES = { values = "values", updates = "updates", ["messages-tuple"] = "messages",
-  custom = "custom", debug = "debug", tasks = "tasks", checkpoints = "checkpoints" }
+_M.STREAM_MODES = lgrun.STREAM_MODES
 _M.STRATEGIES = { reject = true, enqueue = true, interrupt = true, rollback = true }
 _M.MAX_RUNS_PER_THREAD = 100   -- finished runs kept (with their events) per thread
 
@@ -69,17 +68,7 @@ _M.MAX_RUNS_PER_THREAD = 100   -- finished runs kept (with their events) per thr
 
 local function isnull(v) return v == nil or v == null end
 
--- wall clock with sub-second steps: os.time() anchored to the monotonic clock
-local wall_base, mono_base
-local function wall()
-  if not wall_base then wall_base, mono_base = os.time(), mg.now() end
-  return wall_base + (mg.now() - mono_base)
-end
-
-local function iso(t)
-  local s = math_floor(t)
-  return os.date("!%Y-%m-%dT%H:%M:%S", s) .. string_format(".%03d+00:00", math_floor((t - s) * 1000))
-end
+local wall, iso = lgrun.wall, lgrun.iso
 
 local urandom
 local function uuid4()
@@ -100,12 +89,6 @@ _M.uuid4 = uuid4
 
 local function enc_char(c) return string_format("%%%02X", string_byte(c)) end
 local function component(s) return (string_gsub(s, "[^%w_%-]", enc_char)) end
-
-local function copy(t)
-  local o = {}
-  if type(t) == "table" then for k, v in pairs(t) do o[k] = v end end
-  return o
-end
 
 local function fail(status, msg) return nil, status, msg end
 
@@ -426,16 +409,7 @@ local function checkpoint_json(cfg)
     checkpoint_id = cfg.checkpoint_id, checkpoint_map = null }
 end
 
-local function interrupts_json(list)
-  local out = array()
-  for i, it in ipairs(list or {}) do
-    local o = { id = it.id, value = it.value == nil and null or it.value }
-    if it.when then o.when = it.when end
-    if it.nodes then o.nodes = it.nodes end
-    out[i] = o
-  end
-  return out
-end
+local interrupts_json = lgrun.interrupts_json
 _M.interrupts_json = interrupts_json
 
 -- a state snapshot as LangGraph's ThreadState
@@ -483,15 +457,9 @@ end
 local function refresh(self, rec, app, status, errmsg)
   local snap = app and app:get_state { thread_id = rec.thread_id }
   if snap then
-    rec.values = snap.values
-    local by = {}
-    for _, t in ipairs(snap.tasks or {}) do
-      if t.interrupts and t.interrupts[1] then by[t.id] = interrupts_json(t.interrupts) end
-    end
-    rec.interrupts = by
-    if status == nil then
-      status = (snap.interrupts[1] or snap.next[1]) and "interrupted" or "idle"
-    end
+    local f = lgrun.thread_fields(snap)
+    rec.values, rec.interrupts = f.values, f.interrupts
+    if status == nil then status = f.status end
   end
   rec.status = status or "idle"
   rec.error = errmsg
@@ -634,39 +602,7 @@ function Run:stop(action)
   if self.task and not self.task:done() then self.task:cancel() end
 end
 
--- the run's events as the stream's modes ask, for one engine event
-local function translate(run, ev)
-  local mode = ev.mode
-  local name
-  if mode == "messages" then name = "messages" else name = mode end
-  if run.subgraphs and ev.ns and ev.ns ~= "" then name = name .. "|" .. ev.ns end
-  local data = ev.data
-  if mode == "updates" then
-    data = { [ev.node or "__unknown__"] = ev.data == nil and {} or ev.data }
-  elseif mode == "messages" then
-    local chunk
-    if type(data) == "table" then
-      chunk = copy(data)
-      chunk.type = chunk.type or "AIMessageChunk"
-      chunk.id = chunk.id or ("run-" .. run.run_id .. "-" .. tostring(ev.task_id))
-    else
-      chunk = { type = "AIMessageChunk", content = tostring(data),
-        id = "run-" .. run.run_id .. "-" .. tostring(ev.task_id) }
-    end
-    data = array { chunk, { langgraph_node = ev.node, langgraph_step = ev.step,
-      langgraph_checkpoint_ns = ev.ns or "", langgraph_task_id = ev.task_id,
-      run_id = run.run_id, thread_id = run.thread_id } }
-  elseif mode == "debug" then
-    local d = ev.data or {}
-    local payload = d.task or d
-    if d.type == "checkpoint" then
-      payload = { values = d.values, next = d.next, metadata = d.metadata,
-        checkpoint = { thread_id = run.thread_id, checkpoint_ns = ev.ns or "", checkpoint_id = d.id } }
-    end
-    data = { type = d.type, step = d.step, timestamp = iso(wall()), payload = payload }
-  end
-  return name, data
-end
+local translate = lgrun.translate
 
 -- Runs one run to its end (in its own task), then starts the next queued.
 local function run_body(self, rec, run)
@@ -720,10 +656,8 @@ local function run_body(self, rec, run)
   -- stateless run's thread goes away
   local snap = app:get_state { thread_id = run.thread_id }
   if snap then
-    local out = copy(snap.values)
-    if snap.interrupts and snap.interrupts[1] then
-      local list = interrupts_json(snap.interrupts)
-      out.__interrupt__ = list
+    local out, list = lgrun.output(snap)
+    if list then
       if status == "success" then
         if run.modes.values then run:publish("values", { __interrupt__ = list }) end
         if run.modes.updates then run:publish("updates", { __interrupt__ = list }) end
@@ -789,35 +723,7 @@ local function list_of(v)
   return false
 end
 
--- mg.Command from the API's command {resume, update, goto}
-local function command_of(c)
-  if type(c) ~= "table" then return nil, "command must be an object" end
-  local t = {}
-  if not isnull(c.resume) then t.resume = c.resume end
-  if not isnull(c.update) then
-    if type(c.update) ~= "table" then return nil, "command.update must be an object" end
-    t.update = c.update
-  end
-  local go = c["goto"]
-  if not isnull(go) then
-    local function one(g)
-      if type(g) == "string" then return g end
-      if type(g) == "table" and type(g.node) == "string" then return mg.Send(g.node, g.input) end
-      return nil
-    end
-    if type(go) == "table" and (json.is_array(go) or go[1] ~= nil) then
-      t.to = {}
-      for i, g in ipairs(go) do
-        t.to[i] = one(g)
-        if not t.to[i] then return nil, "command.goto must name nodes or {node, input} sends" end
-      end
-    else
-      t.to = one(go)
-      if not t.to then return nil, "command.goto must name nodes or {node, input} sends" end
-    end
-  end
-  return mg.Command(t)
-end
+local command_of = lgrun.command
 
 --[[ run_create(user, thread_id | nil, body) -> run | nil, status, msg
 thread_id nil: a stateless run (on a temporary thread, deleted when the run
