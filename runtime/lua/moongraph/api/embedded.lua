@@ -43,6 +43,7 @@ local scripts = require "moongraph.worker.scripts"
 local text = require "moongraph.text"
 local multitask = require "moongraph.multitask"
 local lgrun = require "moongraph.langgraph_run"
+local lgstate = require "moongraph.api.langgraph_state"
 
 local type, pairs, ipairs, tostring, tonumber, setmetatable, pcall, error, next =
   type, pairs, ipairs, tostring, tonumber, setmetatable, pcall, error, next
@@ -101,19 +102,7 @@ local function object(v, what)
   return v
 end
 
--- does `have` contain every key/value of `want` (JSON containment, one level deep
--- for tables compared by their encoding)?
-local function contains(have, want)
-  for k, v in pairs(want) do
-    local h = have and have[k]
-    if type(v) == "table" and type(h) == "table" then
-      if json.encode(v) ~= json.encode(h) then return false end
-    elseif h ~= v then
-      return false
-    end
-  end
-  return true
-end
+local contains = lgstate.contains
 
 ---------------------------------------------------------------- construction
 
@@ -403,54 +392,13 @@ local function app_of(self, rec)
   return s and s.app, gid
 end
 
-local function checkpoint_json(cfg)
-  if type(cfg) ~= "table" or not cfg.checkpoint_id then return null end
-  return { thread_id = cfg.thread_id, checkpoint_ns = cfg.checkpoint_ns or "",
-    checkpoint_id = cfg.checkpoint_id, checkpoint_map = null }
-end
-
-local interrupts_json = lgrun.interrupts_json
-_M.interrupts_json = interrupts_json
-
--- a state snapshot as LangGraph's ThreadState
-local function state_json(snap)
-  local tasks = array()
-  for i, t in ipairs(snap.tasks or {}) do
-    tasks[i] = { id = t.id, name = t.name, path = array { "__pregel_pull", t.name },
-      error = t.error and tostring(t.error) or null, interrupts = interrupts_json(t.interrupts),
-      checkpoint = null, state = null, result = t.result == nil and null or t.result }
-  end
-  local next_ = array()
-  for i, n in ipairs(snap.next or {}) do next_[i] = n end
-  return { values = snap.values or {}, next = next_, tasks = tasks,
-    interrupts = interrupts_json(snap.interrupts),
-    metadata = snap.metadata or {}, created_at = snap.created_at or null,
-    checkpoint = checkpoint_json(snap.config), parent_checkpoint = checkpoint_json(snap.parent_config) }
-end
-_M.state_json = state_json
-
-local function empty_state(rec)
-  return { values = {}, next = array(), tasks = array(), interrupts = array(), metadata = {},
-    created_at = null, checkpoint = null, parent_checkpoint = null,
-    thread_id = rec and rec.thread_id }
-end
+_M.interrupts_json = lgrun.interrupts_json
+_M.state_json = lgstate.state_json
 
 function B:thread_state(user, id, checkpoint_id)
   local rec, st, msg = mine(self, user, id)
   if not rec then return fail(st, msg) end
-  local app = app_of(self, rec)
-  if not app then
-    if checkpoint_id then return fail(404, "checkpoint '" .. tostring(checkpoint_id) .. "' not found") end
-    local e = empty_state(rec)
-    e.thread_id = nil
-    return e
-  end
-  local snap, err = app:get_state { thread_id = id, checkpoint_id = checkpoint_id }
-  if not snap then return fail(500, err) end
-  if checkpoint_id and (not snap.config or snap.config.checkpoint_id ~= checkpoint_id) then
-    return fail(404, "checkpoint '" .. tostring(checkpoint_id) .. "' not found")
-  end
-  return state_json(snap)
+  return lgstate.get(app_of(self, rec), id, checkpoint_id)
 end
 
 -- after a change of the thread's state: its values, interrupts and status
@@ -470,60 +418,19 @@ end
 function B:thread_update_state(user, id, body)
   local rec, st, msg = mine(self, user, id)
   if not rec then return fail(st, msg) end
-  body = body or {}
   if busy(rec) then return fail(409, "thread '" .. id .. "' is busy: a run is going") end
   local app, gid = app_of(self, rec)
-  if not app then
-    return fail(400, "thread '" .. id .. "' has no graph yet (run an assistant on it first, or create " ..
-      "it with metadata.graph_id)")
-  end
-  local values = body.values
-  if isnull(values) then values = nil
-  elseif type(values) ~= "table" then return fail(422, "values must be an object")
-  elseif json.is_array(values) or values[1] ~= nil then
-    return fail(422, "values must be an object (a list of updates is not supported)")
-  end
-  local cp_id = body.checkpoint_id
-  if isnull(cp_id) and type(body.checkpoint) == "table" then cp_id = body.checkpoint.checkpoint_id end
-  if isnull(cp_id) then cp_id = nil end
-  local as_node = body.as_node
-  if isnull(as_node) then as_node = nil
-  elseif as_node ~= mg.START and as_node ~= mg.END and not app.nodes[as_node] then
-    return fail(422, "as_node: graph '" .. gid .. "' has no node '" .. tostring(as_node) .. "'")
-  end
-  local ok, cfg, err = pcall(app.update_state, app, { thread_id = id, checkpoint_id = cp_id }, values, as_node)
-  if not ok then return fail(422, tostring(cfg)) end
-  if not cfg then
-    if tostring(err):find("not found", 1, true) then return fail(404, err) end
-    return fail(500, err)
-  end
+  local out
+  out, st, msg = lgstate.update(app, gid, id, body)
+  if not out then return fail(st, msg) end
   refresh(self, rec, app)
-  return { checkpoint = checkpoint_json(cfg) }
+  return out
 end
 
 function B:thread_history(user, id, body)
   local rec, st, msg = mine(self, user, id)
   if not rec then return fail(st, msg) end
-  body = body or {}
-  local app = app_of(self, rec)
-  if not app then return array() end
-  local limit = tonumber(body.limit) or 10
-  local before = body.before
-  if type(before) == "table" then before = before.checkpoint_id end
-  if isnull(before) then before = nil end
-  local cfg = { thread_id = id }
-  if type(body.checkpoint) == "table" and not isnull(body.checkpoint.checkpoint_id) then
-    cfg.checkpoint_id = body.checkpoint.checkpoint_id
-  end
-  local filter = type(body.metadata) == "table" and body.metadata or nil
-  local list, err = app:get_state_history(cfg, { limit = filter and nil or limit, before = before })
-  if not list then return fail(500, err) end
-  local out = array()
-  for _, snap in ipairs(list) do
-    if #out >= limit then break end
-    if not filter or contains(snap.metadata or {}, filter) then out[#out + 1] = state_json(snap) end
-  end
-  return out
+  return lgstate.history(app_of(self, rec), id, body)
 end
 
 ---------------------------------------------------------------- runs
