@@ -44,6 +44,8 @@ local text = require "moongraph.text"
 local multitask = require "moongraph.multitask"
 local lgrun = require "moongraph.langgraph_run"
 local lgstate = require "moongraph.api.langgraph_state"
+local lgassistants = require "moongraph.api.langgraph_assistants"
+local lgrequest = require "moongraph.api.langgraph_request"
 
 local type, pairs, ipairs, tostring, tonumber, setmetatable, pcall, error, next =
   type, pairs, ipairs, tostring, tonumber, setmetatable, pcall, error, next
@@ -62,7 +64,7 @@ local Run = {}
 Run.__index = Run
 
 _M.STREAM_MODES = lgrun.STREAM_MODES
-_M.STRATEGIES = { reject = true, enqueue = true, interrupt = true, rollback = true }
+_M.STRATEGIES = lgrequest.STRATEGIES
 _M.MAX_RUNS_PER_THREAD = 100   -- finished runs kept (with their events) per thread
 
 ---------------------------------------------------------------- helpers
@@ -93,14 +95,7 @@ local function component(s) return (string_gsub(s, "[^%w_%-]", enc_char)) end
 
 local function fail(status, msg) return nil, status, msg end
 
--- a JSON object from a request (nil/null: empty) | nil, 422, msg
-local function object(v, what)
-  if isnull(v) then return {} end
-  if type(v) ~= "table" or json.is_array(v) or (next(v) ~= nil and v[1] ~= nil) then
-    return nil, 422, what .. " must be an object"
-  end
-  return v
-end
+local object = lgrequest.object
 
 local contains = lgstate.contains
 
@@ -157,69 +152,8 @@ end
 
 ---------------------------------------------------------------- assistants
 
-local function assistant_json(self, s)
-  local t = iso(self.created)
-  return { assistant_id = s.name, graph_id = s.name, name = s.name, description = null,
-    config = {}, context = {}, metadata = { created_by = "system" }, version = 1,
-    created_at = t, updated_at = t }
-end
-
-function B:assistants_search(body)
-  body = body or {}
-  local out = {}
-  for _, s in ipairs(self.reg.set.list) do
-    if (isnull(body.graph_id) or body.graph_id == s.name) and (isnull(body.name) or body.name == s.name)
-       and (type(body.metadata) ~= "table" or contains({ created_by = "system" }, body.metadata)) then
-      out[#out + 1] = assistant_json(self, s)
-    end
-  end
-  local offset = tonumber(body.offset) or 0
-  local limit = tonumber(body.limit) or 10
-  local page = array()
-  for i = offset + 1, math.min(#out, offset + limit) do page[#page + 1] = out[i] end
-  return page, #out
-end
-
-local function script_of(self, id)
-  if type(id) ~= "string" then return nil end
-  for _, s in ipairs(self.reg.set.list) do
-    if s.name == id then return s end
-  end
-  return nil
-end
-
-function B:assistant(id)
-  local s = script_of(self, id)
-  if not s then return fail(404, "assistant '" .. tostring(id) .. "' not found") end
-  return assistant_json(self, s)
-end
-
--- the graph as LangGraph's drawable JSON: {nodes = {{id, type, data}}, edges = {{source, target, conditional}}}
-function B:assistant_graph(id)
-  local s = script_of(self, id)
-  if not s then return fail(404, "assistant '" .. tostring(id) .. "' not found") end
-  local app = s.app
-  local render = require "moongraph.render"
-  local nodes = array { { id = mg.START, type = "schema", data = mg.START } }
-  for _, n in ipairs(app.order) do
-    nodes[#nodes + 1] = { id = n, type = "runnable", data = { id = { "moongraph", n }, name = n } }
-  end
-  nodes[#nodes + 1] = { id = mg.END, type = "schema", data = mg.END }
-  local edges = array()
-  for _, e in ipairs(render.edges(app)) do
-    local edge = { source = e.from, target = e.to, conditional = e.kind == "branch" }
-    if e.label then edge.data = e.label end
-    edges[#edges + 1] = edge
-  end
-  return { nodes = nodes, edges = edges }
-end
-
-function B:assistant_schemas(id)
-  local s = script_of(self, id)
-  if not s then return fail(404, "assistant '" .. tostring(id) .. "' not found") end
-  return { graph_id = s.name, input_schema = null, output_schema = null, state_schema = null,
-    config_schema = null, context_schema = null }
-end
+lgassistants.install(B)
+local function script_of(self, id) return lgassistants.script(self.reg, id) end
 
 ---------------------------------------------------------------- threads
 
@@ -465,6 +399,14 @@ function Run:wake()
   end
 end
 
+-- cursor(last_event_id) -> where a stream that got that event id goes on
+-- (nil or not an event id of this run: from the start)
+function Run:cursor(last_event_id)
+  local n = last_event_id and tonumber(last_event_id)
+  if not n or n < 0 then return 0 end
+  return math.floor(n)
+end
+
 -- events_after(seq [, timeout]) -> list of events after seq (maybe empty on
 -- timeout), done: waits for at least one event unless the run is over.
 function Run:events_after(seq, timeout)
@@ -623,15 +565,6 @@ local function execute(self, rec, run, lease)
   run:finish(status)
 end
 
-local function list_of(v)
-  if isnull(v) then return nil end
-  if type(v) == "string" then return { v } end
-  if type(v) == "table" then return v end
-  return false
-end
-
-local command_of = lgrun.command
-
 --[[ run_create(user, thread_id | nil, body) -> run | nil, status, msg
 thread_id nil: a stateless run (on a temporary thread, deleted when the run
 ends unless on_completion = "keep"). The run starts at once, or waits its
@@ -640,55 +573,9 @@ function B:run_create(user, thread_id, body)
   if type(body) ~= "table" then return fail(422, "the request body must be a JSON object") end
   local s = script_of(self, body.assistant_id)
   if not s then return fail(404, "assistant '" .. tostring(body.assistant_id) .. "' not found") end
-  local strategy = isnull(body.multitask_strategy) and "reject" or body.multitask_strategy
-  if not _M.STRATEGIES[strategy] then
-    return fail(422, "multitask_strategy must be reject, enqueue, interrupt or rollback")
-  end
-  for _, k in ipairs { "interrupt_before", "interrupt_after" } do
-    if not isnull(body[k]) then
-      return fail(422, k .. " per run is not supported: compile the graph with " .. k)
-    end
-  end
-  if not isnull(body.webhook) then return fail(422, "webhooks are not supported") end
-  local modes_in = list_of(body.stream_mode)
-  if modes_in == false then return fail(422, "stream_mode must be a mode or a list of modes") end
-  modes_in = modes_in or { "values" }
-  local modes, engine_modes, names = {}, {}, array()
-  for _, m in ipairs(modes_in) do
-    local em = _M.STREAM_MODES[m]
-    if not em then
-      return fail(422, "stream_mode '" .. tostring(m) .. "' is not supported (values, updates, " ..
-        "messages-tuple, custom, debug, tasks, checkpoints)")
-    end
-    if not modes[em] then
-      modes[em] = true
-      engine_modes[#engine_modes + 1] = em
-    end
-    names[#names + 1] = m
-  end
-  local input
-  if not isnull(body.command) then
-    local cmd, cerr = command_of(body.command)
-    if not cmd then return fail(422, cerr) end
-    input = cmd
-  elseif not isnull(body.input) then
-    if type(body.input) ~= "table" or json.is_array(body.input) or body.input[1] ~= nil then
-      return fail(422, "input must be an object of state values (or null to continue the thread)")
-    end
-    input = body.input
-  end
-  local durability = not isnull(body.durability) and body.durability or nil
-  if durability and durability ~= "sync" and durability ~= "async" and durability ~= "exit" then
-    return fail(422, "durability must be sync, async or exit")
-  end
-  local config, st, msg = object(body.config, "config")
-  if not config then return fail(st, msg) end
-  local metadata
-  metadata, st, msg = object(body.metadata, "metadata")
-  if not metadata then return fail(st, msg) end
-  local cp_id = body.checkpoint_id
-  if isnull(cp_id) and type(body.checkpoint) == "table" then cp_id = body.checkpoint.checkpoint_id end
-  if isnull(cp_id) then cp_id = nil end
+  local r, st, msg = lgrequest.run(body)
+  if not r then return fail(st, msg) end
+  local strategy = r.strategy
   local rec
   local temporary, stateless = false, thread_id == nil
   if thread_id == nil then
@@ -735,12 +622,10 @@ function B:run_create(user, thread_id, body)
   run = setmetatable({
     run_id = run_id, thread_id = thread_id, assistant_id = s.name, owner = user,
     created_at = now, updated_at = now, status = "pending",
-    metadata = metadata, multitask_strategy = strategy, stream_mode = names,
-    modes = modes, engine_modes = engine_modes, subgraphs = body.stream_subgraphs == true,
-    input = input, checkpoint_id = cp_id, config_in = config, durability = durability,
-    recursion_limit = tonumber(config.recursion_limit),
-    configurable = type(config.configurable) == "table" and config.configurable or nil,
-    context = type(body.context) == "table" and body.context or nil,
+    metadata = r.metadata, multitask_strategy = strategy, stream_mode = r.names,
+    modes = r.modes, engine_modes = r.engine_modes, subgraphs = r.subgraphs,
+    input = r.input, checkpoint_id = r.checkpoint_id, config_in = r.config, durability = r.durability,
+    recursion_limit = r.recursion_limit, configurable = r.configurable, context = r.context,
     app = s.app, temporary = temporary, stateless = stateless,
     events = {}, waiters = {}, joiners = {}, done = false,
   }, Run)
