@@ -176,6 +176,48 @@ describe("the LangGraph API on the distributed backend (serve --redis --pg + wor
     assert.same({ "metadata", "updates", "updates", "updates" }, event_names(r.streamed))
   end)
 
+  it("streams over plain curl: stream entry ids, a Location any serve resumes with Last-Event-ID", function()
+    local auth = { "-H", "x-api-key: " .. ALICE }
+    local function curl(server, args)
+      local full = {}
+      for _, a in ipairs(auth) do full[#full + 1] = a end
+      for _, a in ipairs(args) do full[#full + 1] = a end
+      return server:curl(full)
+    end
+    local t = curl(s, { "-X", "POST", "/threads", "-d", "{}" }).json
+    local r = curl(s, { "-N", "-X", "POST", "/threads/" .. t.thread_id .. "/runs/stream", "-d",
+      '{"assistant_id":"agent","input":{"messages":["hi"]},"stream_mode":["updates"]}' })
+    assert.equal(200, r.status)
+    assert.matches("^text/event%-stream", r.headers["content-type"])
+    local loc = r.headers["location"]
+    assert.matches("^/threads/" .. t.thread_id:gsub("%-", "%%-") .. "/runs/[%x%-]+/stream$", loc)
+    local ids, names = {}, {}
+    for name, id in r.body:gmatch("event: (%S+)\nid: (%d+%-%d+)\n") do
+      ids[#ids + 1], names[#names + 1] = id, name
+    end
+    assert.same({ "metadata", "updates", "updates", "updates" }, names)
+    local again = curl(s2, { "-N", loc, "-H", "Last-Event-ID: " .. ids[2] })
+    local later = {}
+    for id in again.body:gmatch("id: (%d+%-%d+)\n") do later[#later + 1] = id end
+    assert.same({ ids[3], ids[4] }, later)
+    assert.matches('event: updates\nid: ' .. ids[3] .. '\ndata: {"ticks":', again.body, 1, true)
+    -- answered with JSON errors, never a traceback
+    r = curl(s, { "-X", "POST", "/threads", "-H", "Content-Type: application/json", "-d", "{not json" })
+    assert.equal(400, r.status)
+    assert.matches("not valid JSON", r.json.detail)
+    for _, path in ipairs { "/threads/nope", "/threads/nope/state", "/threads/nope/runs/x", "/assistants/nope",
+                            "/threads/nope/runs/x/stream", "/threads/" .. t.thread_id .. "/runs/nope" } do
+      r = curl(s2, { path })
+      assert.equal(404, r.status, path)
+      assert.is_string(r.json.detail, path)
+    end
+    r = curl(s, { "-X", "POST", "/threads/" .. t.thread_id .. "/runs/stream", "-d",
+      '{"assistant_id":"agent","stream_mode":"events"}' })
+    assert.equal(422, r.status)
+    assert.equal(405, curl(s, { "-X", "PUT", "/threads" }).status)
+    assert.not_matches("traceback", s:stderr() .. s2:stderr())
+  end)
+
   it("shows a user only their own threads: another user's thread answers 404", function()
     local r = s:sdk("users", CAROL, BOB)   -- (carol's first thread)
     assert.equal(404, r.theirs.status)
@@ -185,5 +227,232 @@ describe("the LangGraph API on the distributed backend (serve --redis --pg + wor
     assert.equal(1, #r.mySearch)
     assert.equal(401, r.noKey.status)
     assert.equal(401, r.badKey.status)
+  end)
+end)
+
+describe("api.langgraph_distributed driven directly, with workers running its runs", function()
+  local lgdist = require "moongraph.api.langgraph_distributed"
+  local json = require "moongraph.json"
+  local env, b
+
+  local function input(text, extra)
+    local t = { messages = { { role = "user", content = text } } }
+    for k, v in pairs(extra or {}) do t[k] = v end
+    return t
+  end
+
+  -- every event of a run until it ends, decoded
+  local function drain(run)
+    local out, cursor = {}, run:cursor(nil)
+    while true do
+      local evs, done = run:events_after(cursor, 30)
+      for _, e in ipairs(evs) do
+        cursor = e.seq
+        out[#out + 1] = { event = e.event, data = json.decode(e.data), seq = e.seq }
+      end
+      if done then return out end
+      assert(#evs > 0, "the run neither ended nor sent an event in 30 s")
+    end
+  end
+
+  -- wait until the run has sent an event named `name`
+  local function reach(run, name)
+    local cursor = run:cursor(nil)
+    while true do
+      local evs, done = run:events_after(cursor, 30)
+      for _, e in ipairs(evs) do
+        cursor = e.seq
+        if e.event == name then return end
+      end
+      assert(not done, "the run ended before sending a " .. name .. " event")
+      assert(#evs > 0, "no " .. name .. " event in 30 s")
+    end
+  end
+
+  local function status(run) return assert(b:run(nil, run.thread_id, run.run_id)).status end
+
+  local function texts(out)
+    local t = {}
+    for _, m in ipairs(out.messages) do t[#t + 1] = m.content end
+    return t
+  end
+
+  setup(function()
+    env = wenv.new()
+    local w = env:worker { "--script", AGENT, "--concurrency", "8", "--claim-idle", "1.5" }
+    mg.run(function() w:wait_started() end)
+  end)
+  before_each(function()
+    mg.run(function()
+      b = assert(lgdist.new { redis = env.redis_url, pg = env.pg_url, checkpoint = env.checkpoint,
+        scripts = { { name = "agent", path = "spec/fixtures/lgapi_agent.lua" } } })
+    end)
+  end)
+  after_each(function() if b then mg.run(function() b:close() end) end end)
+  teardown(function() if env then env:destroy() end end)
+
+  it("reports a failed run as an error event, run status error and thread status error", function()
+    mg.run(function()
+      local t = b:thread_create(nil, {})
+      local run = assert(b:run_create(nil, t.thread_id, { assistant_id = "agent", input = input("hi", { fail = "boom" }) }))
+      local evs = drain(run)
+      assert.equal("metadata", evs[1].event)
+      assert.equal("error", evs[#evs].event)
+      assert.equal("GraphError", evs[#evs].data.error)
+      assert.matches("boom", evs[#evs].data.message)
+      assert.equal("error", status(run))
+      assert.matches("boom", b:run_output(run).__error__.message)
+      local th = b:thread_get(nil, t.thread_id)
+      assert.equal("error", th.status)
+      assert.matches("boom", th.error)
+    end)
+  end)
+
+  it("cancelling a queued run ends it at once; the runs behind it still run, in order", function()
+    mg.run(function()
+      local t = b:thread_create(nil, {})
+      local first = assert(b:run_create(nil, t.thread_id, { assistant_id = "agent", input = input("one", { hold = 30 }),
+        stream_mode = "custom", durability = "sync" }))
+      reach(first, "custom")
+      assert.equal("busy", b:thread_get(nil, t.thread_id).status)
+      local function enqueue(text)
+        return assert(b:run_create(nil, t.thread_id, { assistant_id = "agent", input = input(text, { hold = false }),
+          multitask_strategy = "enqueue" }))
+      end
+      local second, third, fourth = enqueue("two"), enqueue("three"), enqueue("four")
+      assert.is_true(b:run_cancel(nil, t.thread_id, third.run_id, "interrupt"))
+      assert.equal("interrupted", status(third))
+      assert.same({ "metadata" }, (function()
+        local n = {}
+        for i, e in ipairs(drain(third)) do n[i] = e.event end
+        return n
+      end)())
+      assert.is_true(b:run_cancel(nil, t.thread_id, first.run_id, "interrupt", true))
+      local out = b:run_output(fourth)
+      assert.same({ "interrupted", "success", "interrupted", "success" },
+        { status(first), status(second), status(third), status(fourth) })
+      assert.same({ "one", "two", "echo: two", "four", "echo: four" }, texts(out))
+      assert.equal("idle", b:thread_get(nil, t.thread_id).status)
+    end)
+  end)
+
+  it("multitask interrupt stops the running run on its worker; rollback takes the thread back to where it started", function()
+    mg.run(function()
+      local t = b:thread_create(nil, {})
+      b:run_output(assert(b:run_create(nil, t.thread_id, { assistant_id = "agent", input = input("base") })))
+      local busy = assert(b:run_create(nil, t.thread_id, { assistant_id = "agent", input = input("lost", { hold = 30 }),
+        stream_mode = "custom", durability = "sync" }))
+      reach(busy, "custom")
+      local second = assert(b:run_create(nil, t.thread_id, { assistant_id = "agent", input = input("next", { hold = false }),
+        multitask_strategy = "rollback" }))
+      local out = b:run_output(second)
+      assert.equal("interrupted", status(busy))
+      assert.same({ "base", "echo: base", "next", "echo: next" }, texts(out))
+      local held = assert(b:run_create(nil, t.thread_id, { assistant_id = "agent", input = input("kept", { hold = 30 }),
+        stream_mode = "custom", durability = "sync" }))
+      reach(held, "custom")
+      local third = assert(b:run_create(nil, t.thread_id, { assistant_id = "agent", input = input("after", { hold = false }),
+        multitask_strategy = "interrupt" }))
+      out = b:run_output(third)
+      assert.equal("interrupted", status(held))
+      assert.same({ "base", "echo: base", "next", "echo: next", "kept", "after", "echo: after" }, texts(out))
+    end)
+  end)
+
+  it("cancel with rollback takes the thread back to the checkpoint the run started from", function()
+    mg.run(function()
+      local t = b:thread_create(nil, {})
+      b:run_output(assert(b:run_create(nil, t.thread_id, { assistant_id = "agent", input = input("base") })))
+      local before_run = b:thread_state(nil, t.thread_id)
+      local busy = assert(b:run_create(nil, t.thread_id, { assistant_id = "agent", input = input("undo me", { hold = 30 }),
+        stream_mode = "custom", durability = "sync" }))
+      reach(busy, "custom")
+      assert.is_true(b:run_cancel(nil, t.thread_id, busy.run_id, "rollback", true))
+      assert.equal("interrupted", status(busy))
+      local after = b:thread_state(nil, t.thread_id)
+      assert.same({ "base", "echo: base" }, texts(after.values))
+      assert.same(before_run.values, after.values)
+      assert.equal("idle", b:thread_get(nil, t.thread_id).status)
+    end)
+  end)
+
+  it("updates a thread's state as a node and refuses it while a run is going", function()
+    mg.run(function()
+      local t = b:thread_create(nil, {})
+      b:run_output(assert(b:run_create(nil, t.thread_id, { assistant_id = "agent", input = input("x") })))
+      local held = assert(b:run_create(nil, t.thread_id, { assistant_id = "agent", input = input("y", { hold = 30 }),
+        stream_mode = "custom" }))
+      reach(held, "custom")
+      local none, st = b:thread_update_state(nil, t.thread_id, { values = { note = "no" } })
+      assert.is_nil(none)
+      assert.equal(409, st)
+      b:run_cancel(nil, t.thread_id, held.run_id, "interrupt", true)
+      local up = assert(b:thread_update_state(nil, t.thread_id, { values = { note = "yes" }, as_node = "review" }))
+      assert.is_string(up.checkpoint.checkpoint_id)
+      assert.equal("yes", b:thread_state(nil, t.thread_id).values.note)
+      assert.equal("yes", b:thread_get(nil, t.thread_id).values.note)
+    end)
+  end)
+
+  it("deletes a thread while its run is going: the run stops on its worker and the thread stays gone", function()
+    mg.run(function()
+      local t = b:thread_create(nil, { thread_id = "gone-1" })
+      local run = assert(b:run_create(nil, "gone-1", { assistant_id = "agent", input = input("bye", { hold = 30 }),
+        stream_mode = "custom" }))
+      reach(run, "custom")
+      assert.is_true(b:thread_delete(nil, t.thread_id))
+      drain(run)   -- (its stream ends: the worker stopped it)
+      local none, st = b:thread_get(nil, "gone-1")
+      assert.is_nil(none)
+      assert.equal(404, st)
+      assert(b:thread_create(nil, { thread_id = "gone-1" }))
+      local out = b:run_output(assert(b:run_create(nil, "gone-1", { assistant_id = "agent", input = input("fresh") })))
+      assert.same({ "fresh", "echo: fresh" }, texts(out))
+    end)
+  end)
+
+  it("runs a stateless run on a temporary thread whose checkpoints are gone afterwards", function()
+    mg.run(function()
+      local run = assert(b:run_create(nil, nil, { assistant_id = "agent", input = input("solo") }))
+      local out = b:run_output(run)
+      assert.equal("echo: solo", out.messages[2].content)
+      assert.is_nil(b:thread_get(nil, run.thread_id))
+      assert.equal(run.run_id, assert(b:run(nil, nil, run.run_id)).run_id)
+      assert.is_nil(b:run(nil, run.thread_id, run.run_id) and nil)
+      local _, db = env:conns()
+      local rows = assert(db:query("SELECT count(*)::int AS n FROM langgraph_threads WHERE thread_id = $1", { run.thread_id }))
+      assert.equal(0, rows[1].n)
+      local saver = require("moongraph.worker.checkpointer").open(env.checkpoint,
+        { redis_url = env.redis_url, pg_url = env.pg_url })
+      assert.is_nil(saver:get { thread_id = run.thread_id })
+    end)
+  end)
+
+  it("refuses what it cannot do with 422, unknown assistants with 404, and another user's ids with 404", function()
+    mg.run(function()
+      local t = b:thread_create("u1", {})
+      local _, st = b:run_create("u1", t.thread_id, { assistant_id = "ghost" })
+      assert.equal(404, st)
+      _, st = b:run_create("u1", t.thread_id, { assistant_id = "agent", stream_mode = "events" })
+      assert.equal(422, st)
+      _, st = b:run_create("u1", t.thread_id, { assistant_id = "agent", multitask_strategy = "later" })
+      assert.equal(422, st)
+      _, st = b:run_create("u1", t.thread_id, { assistant_id = "agent", input = { 1, 2 } })
+      assert.equal(422, st)
+      _, st = b:thread_search("u1", { sort_by = "nope" })
+      assert.equal(422, st)
+      local run = assert(b:run_create("u1", t.thread_id, { assistant_id = "agent", input = input("mine") }))
+      b:run_output(run)
+      for _, r in ipairs {
+        { b:thread_get("u2", t.thread_id) }, { b:thread_state("u2", t.thread_id) },
+        { b:run("u2", t.thread_id, run.run_id) }, { b:run_cancel("u2", t.thread_id, run.run_id) },
+        { b:run_create("u2", t.thread_id, { assistant_id = "agent", input = input("intrude") }) },
+        { b:thread_delete("u2", t.thread_id) }, { b:run("u1", "other", run.run_id) },
+      } do
+        assert.is_nil(r[1])
+        assert.equal(404, r[2])
+      end
+      assert.equal(0, b:thread_count("u2", {}))
+    end)
   end)
 end)
