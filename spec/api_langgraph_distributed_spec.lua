@@ -402,6 +402,12 @@ describe("api.langgraph_distributed driven directly, with workers running its ru
       reach(run, "custom")
       assert.is_true(b:thread_delete(nil, t.thread_id))
       drain(run)   -- (its stream ends: the worker stopped it)
+      -- and what it saved after the delete is gone too
+      local saver = require("moongraph.worker.checkpointer").open(env.checkpoint,
+        { redis_url = env.redis_url, pg_url = env.pg_url })
+      wenv.eventually("the deleted thread's checkpoints to go", 10, function()
+        return saver:get { thread_id = "gone-1" } == nil
+      end)
       local none, st = b:thread_get(nil, "gone-1")
       assert.is_nil(none)
       assert.equal(404, st)

@@ -413,7 +413,7 @@ function B:run_create(user, thread_id, body)
     -- (reject was answered above; the worker waits for a run finishing on the thread)
     local strategy = r.strategy == "reject" and "enqueue" or r.strategy
     local sok, a, b = pcall(self.client.submit, self.client, {
-      job_id = run_id, thread_id = thread_id, user_id = user, script = s.name,
+      job_id = run_id, thread_id = thread_id, user_id = ids.valid(user) and user or nil, script = s.name,
       input = r.command == nil and r.input or nil, multitask_strategy = strategy,
       run = { stream_mode = r.engine_modes, subgraphs = r.subgraphs, command = r.command,
         checkpoint_id = r.checkpoint_id, recursion_limit = r.recursion_limit, configurable = r.configurable,

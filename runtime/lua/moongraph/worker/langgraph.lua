@@ -196,35 +196,38 @@ local function enc(v)
   return (json.encode(v))
 end
 
--- record(tx, j, o) -> true | nil, err: the run's row and its thread's, in
--- the transaction that stores the job's result. The thread stays busy
--- while another run of it is pending or running.
+-- record(tx, j, o) -> true, gone | nil, err: the run's row and its
+-- thread's, in the transaction that stores the job's result. The thread
+-- stays busy while another run of it is pending or running. gone: the
+-- thread was deleted while the run went (what the run saved since must go).
 function _M.record(tx, j, o)
   local ok, err = tx:query([[
 UPDATE langgraph_runs SET status = $2, output = $3::jsonb, error = $4::jsonb, updated_at = clock_timestamp()
  WHERE run_id = $1]], { j.job_id, o.status, enc(o.output) or pg.null, enc(o.error) or pg.null })
   if not ok then return nil, err end
   local t = o.thread
+  local rows
   if t then
-    ok, err = tx:query([[
+    rows, err = tx:query([[
 UPDATE langgraph_threads SET "values" = coalesce($2::jsonb, "values"), interrupts = $3::jsonb,
        error = $5, updated_at = clock_timestamp(),
        status = CASE WHEN EXISTS (SELECT 1 FROM langgraph_runs WHERE thread_id = $1 AND run_id <> $6
                                   AND status IN ('pending', 'running')) THEN 'busy' ELSE $4 END
- WHERE thread_id = $1]], { j.thread_id, enc(t.values) or pg.null, enc(t.interrupts) or "{}", t.status,
-      o.error and o.error.message or pg.null, j.job_id })
-    if not ok then return nil, err end
+ WHERE thread_id = $1 RETURNING thread_id]], { j.thread_id, enc(t.values) or pg.null, enc(t.interrupts) or "{}",
+      t.status, o.error and o.error.message or pg.null, j.job_id })
   elseif not j.run.temporary then
     -- (a run stopped before it started leaves the thread's state as it was)
-    ok, err = tx:query([[
+    rows, err = tx:query([[
 UPDATE langgraph_threads SET updated_at = clock_timestamp(),
        status = CASE WHEN EXISTS (SELECT 1 FROM langgraph_runs WHERE thread_id = $1 AND run_id <> $2
                                   AND status IN ('pending', 'running')) THEN 'busy'
                      WHEN status = 'busy' THEN 'idle' ELSE status END
- WHERE thread_id = $1]], { j.thread_id, j.job_id })
-    if not ok then return nil, err end
+ WHERE thread_id = $1 RETURNING thread_id]], { j.thread_id, j.job_id })
+  else
+    return true, false
   end
-  return true
+  if not rows then return nil, err end
+  return true, rows[1] == nil
 end
 
 -- The events that end the run's stream: error (when it failed), done.

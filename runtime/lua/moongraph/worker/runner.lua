@@ -472,10 +472,14 @@ local function run_langgraph(W, entry, js, j, script, log, key, deadline, forced
     error = o.error and o.error.message or (forced and forced.error) or nil, state = o.output or {},
   }
   local fence = js.lease and { thread_id = j.thread_id, token = js.lease.token } or nil
-  local fenced = false
+  local fenced, gone = false, false
   js.phase = "storing"
   persist(log, "storing the result", function()
-    local ok, inserted, stored = pcall(results.commit, W.db, row, function(tx) return lg.record(tx, j, o) end, fence)
+    local ok, inserted, stored = pcall(results.commit, W.db, row, function(tx)
+      local rok, rerr = lg.record(tx, j, o)
+      if rok then gone = rerr end
+      return rok, not rok and rerr or nil
+    end, fence)
     if ok and inserted ~= nil then
       row.inserted = inserted
       return true
@@ -509,7 +513,10 @@ local function run_langgraph(W, entry, js, j, script, log, key, deadline, forced
   W.metrics:inc("jobs_" .. outcome)
   local duration = mg.now() - t_start
   W.metrics:observe("job", outcome, duration)
-  if j.run.temporary then pcall(W.saver.delete_thread, W.saver, j.thread_id) end
+  if j.run.temporary or (gone and row.inserted) then
+    pcall(mg.checkpoint.settle, W.saver, j.thread_id)
+    pcall(W.saver.delete_thread, W.saver, j.thread_id)
+  end
   log:info("run done", { status = o.status, duration_ms = ms(duration), duplicate = not row.inserted or nil })
   return outcome
 end
