@@ -462,3 +462,12 @@ describe("api.langgraph_distributed driven directly, with workers running its ru
     end)
   end)
 end)
+
+describe("moongraph serve --checkpoint", function()
+  it("goes with --redis and --pg (it names the workers' saver)", function()
+    local cli = require "cli"
+    local r = cli.run { "serve", "--script", AGENT, "--port", "0", "--checkpoint", "postgres" }
+    assert.equal(2, r.code)
+    assert.matches("%-%-checkpoint names the workers' saver: it goes with %-%-redis and %-%-pg", r.err)
+  end)
+end)
