@@ -150,6 +150,19 @@ describe("worker jobs", function()
     end
   end)
 
+  it("takes a LangGraph run: the run object, the input optional; refuses a run that is not an object", function()
+    local lgjob = { job_id = "r-1", thread_id = "t-1", script = "agent",
+                    run = { stream_mode = { "values" }, command = { resume = "yes" } } }
+    local j = assert(job.decode { "job", assert(job.encode(lgjob)) })
+    assert.is_nil(j.input)
+    assert.same(lgjob.run, j.run)
+    local _, why, id = job.decode { "job", '{"job_id":"r-2","thread_id":"t","run":[1]}' }
+    assert.equal("field 'run' must be a JSON object", why)
+    assert.equal("r-2", id)
+    _, why = job.decode { "job", '{"job_id":"r-3","thread_id":"t"}' }
+    assert.matches("field 'input' is missing", why)
+  end)
+
   it("makes distinct ids", function()
     local seen = {}
     for _ = 1, 100 do

@@ -4,8 +4,9 @@
 --   local lgserve = require "lgserve"
 --   local s = lgserve.start{ env = "MOONGRAPH_API_KEYS=..." }  -- serves spec/fixtures/lgapi_agent.lua as "agent"
 --                                                              (no rate limit: one client makes many calls)
+--   lgserve.start{ args = { "--redis", URL, "--pg", URL } }  -- more arguments for serve (the distributed backend)
 --   s.url  s.pid  s.data
---   s:sdk("threads" [, key [, other_key]]) -> what spec/support/node/langgraph_client.mjs printed (decoded)
+--   s:sdk("threads" [, key [, other_key [, other_server]]]) -> what spec/support/node/langgraph_client.mjs printed (decoded)
 --   s:curl{ "-X", "POST", "/threads", "-d", "{}" } -> {status, body, json, headers}
 --   s:stop()    -- raises if the process had died on the way
 local cjson = require "cjson"
@@ -31,9 +32,11 @@ function _M.start(opts)
   opts = opts or {}
   local data = tmp.dir("lgserve", "file")
   local errfile = data .. "/stderr"
+  local extra = ""
+  for _, a in ipairs(opts.args or {}) do extra = extra .. " " .. quote(a) end
   local cmd = string.format("sh -c %s 2>%s",
-    quote(string.format("echo $$; exec env %s%s serve --script agent=spec/fixtures/lgapi_agent.lua --port 0 --rate-limit 0 --data %s",
-      opts.env and (opts.env .. " ") or "", cli.bin, quote(data .. "/state"))), quote(errfile))
+    quote(string.format("echo $$; exec env %s%s serve --script agent=spec/fixtures/lgapi_agent.lua --port 0 --rate-limit 0 --data %s%s",
+      opts.env and (opts.env .. " ") or "", cli.bin, quote(data .. "/state"), extra)), quote(errfile))
   local fh = assert(io.popen(cmd, "r"))
   local pid = tonumber(fh:read("l"))
   local line = fh:read("l")
@@ -69,7 +72,8 @@ function S:stop()
 end
 
 -- run one scenario of the SDK script -> its decoded output
-function S:sdk(scenario, key, other)
+-- (second: another serve the scenario may reconnect to, LG_SECOND_URL)
+function S:sdk(scenario, key, other, second)
   local f = io.open("spec/support/node/node_modules/@langchain/langgraph-sdk/package.json")
   assert(f, "the LangGraph SDK is not installed: run make test (npm ci in spec/support/node)")
   f:close()
@@ -77,7 +81,8 @@ function S:sdk(scenario, key, other)
   if key then args[#args + 1] = key end
   if other then args[#args + 1] = other end
   for i, a in ipairs(args) do args[i] = quote(a) end
-  local p = assert(io.popen("env -u LD_PRELOAD " .. table.concat(args, " ") .. " 2>&1"))
+  local env = "env -u LD_PRELOAD " .. (second and ("LG_SECOND_URL=" .. quote(second.url) .. " ") or "")
+  local p = assert(io.popen(env .. table.concat(args, " ") .. " 2>&1"))
   local out = p:read("a")
   local ok, _, code = p:close()
   assert(ok, "the SDK scenario " .. scenario .. " failed (exit " .. tostring(code) .. "):\n" .. out ..

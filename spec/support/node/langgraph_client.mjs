@@ -1,12 +1,17 @@
 // The official LangGraph SDK client (@langchain/langgraph-sdk) against a
 // `moongraph serve`, for spec/api_langgraph_sdk_spec.lua:
 //   node langgraph_client.mjs URL SCENARIO [API_KEY [OTHER_API_KEY]]
+// LG_SECOND_URL: another server of the same backend, where join_after_drop
+// reconnects.
 // Runs one scenario and prints one JSON object with what the SDK saw (an
 // SDK error is recorded as {error, status} where a scenario expects one).
 import { Client } from "@langchain/langgraph-sdk";
 
 const [url, scenario, key, otherKey] = process.argv.slice(2);
 const client = new Client({ apiUrl: url, apiKey: key ?? null, callerOptions: { maxRetries: 0 } });
+const second = process.env.LG_SECOND_URL
+  ? new Client({ apiUrl: process.env.LG_SECOND_URL, apiKey: key ?? null, callerOptions: { maxRetries: 0 } })
+  : client;
 const say = (text, extra = {}) => ({ messages: [{ role: "user", content: text }], ...extra });
 
 async function collect(iter, limit = Infinity) {
@@ -107,8 +112,8 @@ const scenarios = {
       if (part.event === "custom" && part.data.tick === 2) { controller.abort(); break; }
     }
     const lastEventId = first[first.length - 1].id;
-    const rest = await collect(client.runs.joinStream(thread.thread_id, run.run_id, { lastEventId }));
-    const state = await client.threads.getState(thread.thread_id);
+    const rest = await collect(second.runs.joinStream(thread.thread_id, run.run_id, { lastEventId }));
+    const state = await second.threads.getState(thread.thread_id);
     return { first, lastEventId, rest, state };
   },
 

@@ -42,13 +42,16 @@ local core = require "moongraph.core"
 local scripts = require "moongraph.worker.scripts"
 local text = require "moongraph.text"
 local multitask = require "moongraph.multitask"
+local lgrun = require "moongraph.langgraph_run"
+local lgstate = require "moongraph.api.langgraph_state"
+local lgassistants = require "moongraph.api.langgraph_assistants"
+local lgrequest = require "moongraph.api.langgraph_request"
 
 local type, pairs, ipairs, tostring, tonumber, setmetatable, pcall, error, next =
   type, pairs, ipairs, tostring, tonumber, setmetatable, pcall, error, next
 local string_format, string_gsub, string_byte, string_char =
   string.format, string.gsub, string.byte, string.char
 local table_sort, table_remove = table.sort, table.remove
-local math_floor = math.floor
 local null = json.null
 local array = json.array
 
@@ -60,26 +63,15 @@ B.__index = B
 local Run = {}
 Run.__index = Run
 
-_M.STREAM_MODES = { values = "values", updates = "updates", ["messages-tuple"] = "messages",
-  custom = "custom", debug = "debug", tasks = "tasks", checkpoints = "checkpoints" }
-_M.STRATEGIES = { reject = true, enqueue = true, interrupt = true, rollback = true }
+_M.STREAM_MODES = lgrun.STREAM_MODES
+_M.STRATEGIES = lgrequest.STRATEGIES
 _M.MAX_RUNS_PER_THREAD = 100   -- finished runs kept (with their events) per thread
 
 ---------------------------------------------------------------- helpers
 
 local function isnull(v) return v == nil or v == null end
 
--- wall clock with sub-second steps: os.time() anchored to the monotonic clock
-local wall_base, mono_base
-local function wall()
-  if not wall_base then wall_base, mono_base = os.time(), mg.now() end
-  return wall_base + (mg.now() - mono_base)
-end
-
-local function iso(t)
-  local s = math_floor(t)
-  return os.date("!%Y-%m-%dT%H:%M:%S", s) .. string_format(".%03d+00:00", math_floor((t - s) * 1000))
-end
+local wall, iso = lgrun.wall, lgrun.iso
 
 local urandom
 local function uuid4()
@@ -101,36 +93,11 @@ _M.uuid4 = uuid4
 local function enc_char(c) return string_format("%%%02X", string_byte(c)) end
 local function component(s) return (string_gsub(s, "[^%w_%-]", enc_char)) end
 
-local function copy(t)
-  local o = {}
-  if type(t) == "table" then for k, v in pairs(t) do o[k] = v end end
-  return o
-end
-
 local function fail(status, msg) return nil, status, msg end
 
--- a JSON object from a request (nil/null: empty) | nil, 422, msg
-local function object(v, what)
-  if isnull(v) then return {} end
-  if type(v) ~= "table" or json.is_array(v) or (next(v) ~= nil and v[1] ~= nil) then
-    return nil, 422, what .. " must be an object"
-  end
-  return v
-end
+local object = lgrequest.object
 
--- does `have` contain every key/value of `want` (JSON containment, one level deep
--- for tables compared by their encoding)?
-local function contains(have, want)
-  for k, v in pairs(want) do
-    local h = have and have[k]
-    if type(v) == "table" and type(h) == "table" then
-      if json.encode(v) ~= json.encode(h) then return false end
-    elseif h ~= v then
-      return false
-    end
-  end
-  return true
-end
+local contains = lgstate.contains
 
 ---------------------------------------------------------------- construction
 
@@ -185,69 +152,8 @@ end
 
 ---------------------------------------------------------------- assistants
 
-local function assistant_json(self, s)
-  local t = iso(self.created)
-  return { assistant_id = s.name, graph_id = s.name, name = s.name, description = null,
-    config = {}, context = {}, metadata = { created_by = "system" }, version = 1,
-    created_at = t, updated_at = t }
-end
-
-function B:assistants_search(body)
-  body = body or {}
-  local out = {}
-  for _, s in ipairs(self.reg.set.list) do
-    if (isnull(body.graph_id) or body.graph_id == s.name) and (isnull(body.name) or body.name == s.name)
-       and (type(body.metadata) ~= "table" or contains({ created_by = "system" }, body.metadata)) then
-      out[#out + 1] = assistant_json(self, s)
-    end
-  end
-  local offset = tonumber(body.offset) or 0
-  local limit = tonumber(body.limit) or 10
-  local page = array()
-  for i = offset + 1, math.min(#out, offset + limit) do page[#page + 1] = out[i] end
-  return page, #out
-end
-
-local function script_of(self, id)
-  if type(id) ~= "string" then return nil end
-  for _, s in ipairs(self.reg.set.list) do
-    if s.name == id then return s end
-  end
-  return nil
-end
-
-function B:assistant(id)
-  local s = script_of(self, id)
-  if not s then return fail(404, "assistant '" .. tostring(id) .. "' not found") end
-  return assistant_json(self, s)
-end
-
--- the graph as LangGraph's drawable JSON: {nodes = {{id, type, data}}, edges = {{source, target, conditional}}}
-function B:assistant_graph(id)
-  local s = script_of(self, id)
-  if not s then return fail(404, "assistant '" .. tostring(id) .. "' not found") end
-  local app = s.app
-  local render = require "moongraph.render"
-  local nodes = array { { id = mg.START, type = "schema", data = mg.START } }
-  for _, n in ipairs(app.order) do
-    nodes[#nodes + 1] = { id = n, type = "runnable", data = { id = { "moongraph", n }, name = n } }
-  end
-  nodes[#nodes + 1] = { id = mg.END, type = "schema", data = mg.END }
-  local edges = array()
-  for _, e in ipairs(render.edges(app)) do
-    local edge = { source = e.from, target = e.to, conditional = e.kind == "branch" }
-    if e.label then edge.data = e.label end
-    edges[#edges + 1] = edge
-  end
-  return { nodes = nodes, edges = edges }
-end
-
-function B:assistant_schemas(id)
-  local s = script_of(self, id)
-  if not s then return fail(404, "assistant '" .. tostring(id) .. "' not found") end
-  return { graph_id = s.name, input_schema = null, output_schema = null, state_schema = null,
-    config_schema = null, context_schema = null }
-end
+lgassistants.install(B)
+local function script_of(self, id) return lgassistants.script(self.reg, id) end
 
 ---------------------------------------------------------------- threads
 
@@ -420,78 +326,22 @@ local function app_of(self, rec)
   return s and s.app, gid
 end
 
-local function checkpoint_json(cfg)
-  if type(cfg) ~= "table" or not cfg.checkpoint_id then return null end
-  return { thread_id = cfg.thread_id, checkpoint_ns = cfg.checkpoint_ns or "",
-    checkpoint_id = cfg.checkpoint_id, checkpoint_map = null }
-end
-
-local function interrupts_json(list)
-  local out = array()
-  for i, it in ipairs(list or {}) do
-    local o = { id = it.id, value = it.value == nil and null or it.value }
-    if it.when then o.when = it.when end
-    if it.nodes then o.nodes = it.nodes end
-    out[i] = o
-  end
-  return out
-end
-_M.interrupts_json = interrupts_json
-
--- a state snapshot as LangGraph's ThreadState
-local function state_json(snap)
-  local tasks = array()
-  for i, t in ipairs(snap.tasks or {}) do
-    tasks[i] = { id = t.id, name = t.name, path = array { "__pregel_pull", t.name },
-      error = t.error and tostring(t.error) or null, interrupts = interrupts_json(t.interrupts),
-      checkpoint = null, state = null, result = t.result == nil and null or t.result }
-  end
-  local next_ = array()
-  for i, n in ipairs(snap.next or {}) do next_[i] = n end
-  return { values = snap.values or {}, next = next_, tasks = tasks,
-    interrupts = interrupts_json(snap.interrupts),
-    metadata = snap.metadata or {}, created_at = snap.created_at or null,
-    checkpoint = checkpoint_json(snap.config), parent_checkpoint = checkpoint_json(snap.parent_config) }
-end
-_M.state_json = state_json
-
-local function empty_state(rec)
-  return { values = {}, next = array(), tasks = array(), interrupts = array(), metadata = {},
-    created_at = null, checkpoint = null, parent_checkpoint = null,
-    thread_id = rec and rec.thread_id }
-end
+_M.interrupts_json = lgrun.interrupts_json
+_M.state_json = lgstate.state_json
 
 function B:thread_state(user, id, checkpoint_id)
   local rec, st, msg = mine(self, user, id)
   if not rec then return fail(st, msg) end
-  local app = app_of(self, rec)
-  if not app then
-    if checkpoint_id then return fail(404, "checkpoint '" .. tostring(checkpoint_id) .. "' not found") end
-    local e = empty_state(rec)
-    e.thread_id = nil
-    return e
-  end
-  local snap, err = app:get_state { thread_id = id, checkpoint_id = checkpoint_id }
-  if not snap then return fail(500, err) end
-  if checkpoint_id and (not snap.config or snap.config.checkpoint_id ~= checkpoint_id) then
-    return fail(404, "checkpoint '" .. tostring(checkpoint_id) .. "' not found")
-  end
-  return state_json(snap)
+  return lgstate.get(app_of(self, rec), id, checkpoint_id)
 end
 
 -- after a change of the thread's state: its values, interrupts and status
 local function refresh(self, rec, app, status, errmsg)
   local snap = app and app:get_state { thread_id = rec.thread_id }
   if snap then
-    rec.values = snap.values
-    local by = {}
-    for _, t in ipairs(snap.tasks or {}) do
-      if t.interrupts and t.interrupts[1] then by[t.id] = interrupts_json(t.interrupts) end
-    end
-    rec.interrupts = by
-    if status == nil then
-      status = (snap.interrupts[1] or snap.next[1]) and "interrupted" or "idle"
-    end
+    local f = lgrun.thread_fields(snap)
+    rec.values, rec.interrupts = f.values, f.interrupts
+    if status == nil then status = f.status end
   end
   rec.status = status or "idle"
   rec.error = errmsg
@@ -502,60 +352,19 @@ end
 function B:thread_update_state(user, id, body)
   local rec, st, msg = mine(self, user, id)
   if not rec then return fail(st, msg) end
-  body = body or {}
   if busy(rec) then return fail(409, "thread '" .. id .. "' is busy: a run is going") end
   local app, gid = app_of(self, rec)
-  if not app then
-    return fail(400, "thread '" .. id .. "' has no graph yet (run an assistant on it first, or create " ..
-      "it with metadata.graph_id)")
-  end
-  local values = body.values
-  if isnull(values) then values = nil
-  elseif type(values) ~= "table" then return fail(422, "values must be an object")
-  elseif json.is_array(values) or values[1] ~= nil then
-    return fail(422, "values must be an object (a list of updates is not supported)")
-  end
-  local cp_id = body.checkpoint_id
-  if isnull(cp_id) and type(body.checkpoint) == "table" then cp_id = body.checkpoint.checkpoint_id end
-  if isnull(cp_id) then cp_id = nil end
-  local as_node = body.as_node
-  if isnull(as_node) then as_node = nil
-  elseif as_node ~= mg.START and as_node ~= mg.END and not app.nodes[as_node] then
-    return fail(422, "as_node: graph '" .. gid .. "' has no node '" .. tostring(as_node) .. "'")
-  end
-  local ok, cfg, err = pcall(app.update_state, app, { thread_id = id, checkpoint_id = cp_id }, values, as_node)
-  if not ok then return fail(422, tostring(cfg)) end
-  if not cfg then
-    if tostring(err):find("not found", 1, true) then return fail(404, err) end
-    return fail(500, err)
-  end
+  local out
+  out, st, msg = lgstate.update(app, gid, id, body)
+  if not out then return fail(st, msg) end
   refresh(self, rec, app)
-  return { checkpoint = checkpoint_json(cfg) }
+  return out
 end
 
 function B:thread_history(user, id, body)
   local rec, st, msg = mine(self, user, id)
   if not rec then return fail(st, msg) end
-  body = body or {}
-  local app = app_of(self, rec)
-  if not app then return array() end
-  local limit = tonumber(body.limit) or 10
-  local before = body.before
-  if type(before) == "table" then before = before.checkpoint_id end
-  if isnull(before) then before = nil end
-  local cfg = { thread_id = id }
-  if type(body.checkpoint) == "table" and not isnull(body.checkpoint.checkpoint_id) then
-    cfg.checkpoint_id = body.checkpoint.checkpoint_id
-  end
-  local filter = type(body.metadata) == "table" and body.metadata or nil
-  local list, err = app:get_state_history(cfg, { limit = filter and nil or limit, before = before })
-  if not list then return fail(500, err) end
-  local out = array()
-  for _, snap in ipairs(list) do
-    if #out >= limit then break end
-    if not filter or contains(snap.metadata or {}, filter) then out[#out + 1] = state_json(snap) end
-  end
-  return out
+  return lgstate.history(app_of(self, rec), id, body)
 end
 
 ---------------------------------------------------------------- runs
@@ -588,6 +397,14 @@ function Run:wake()
     self.waiters = {}
     for _, q in ipairs(w) do q:put(true) end
   end
+end
+
+-- cursor(last_event_id) -> where a stream that got that event id goes on
+-- (nil or not an event id of this run: from the start)
+function Run:cursor(last_event_id)
+  local n = last_event_id and tonumber(last_event_id)
+  if not n or n < 0 then return 0 end
+  return math.floor(n)
 end
 
 -- events_after(seq [, timeout]) -> list of events after seq (maybe empty on
@@ -634,39 +451,7 @@ function Run:stop(action)
   if self.task and not self.task:done() then self.task:cancel() end
 end
 
--- the run's events as the stream's modes ask, for one engine event
-local function translate(run, ev)
-  local mode = ev.mode
-  local name
-  if mode == "messages" then name = "messages" else name = mode end
-  if run.subgraphs and ev.ns and ev.ns ~= "" then name = name .. "|" .. ev.ns end
-  local data = ev.data
-  if mode == "updates" then
-    data = { [ev.node or "__unknown__"] = ev.data == nil and {} or ev.data }
-  elseif mode == "messages" then
-    local chunk
-    if type(data) == "table" then
-      chunk = copy(data)
-      chunk.type = chunk.type or "AIMessageChunk"
-      chunk.id = chunk.id or ("run-" .. run.run_id .. "-" .. tostring(ev.task_id))
-    else
-      chunk = { type = "AIMessageChunk", content = tostring(data),
-        id = "run-" .. run.run_id .. "-" .. tostring(ev.task_id) }
-    end
-    data = array { chunk, { langgraph_node = ev.node, langgraph_step = ev.step,
-      langgraph_checkpoint_ns = ev.ns or "", langgraph_task_id = ev.task_id,
-      run_id = run.run_id, thread_id = run.thread_id } }
-  elseif mode == "debug" then
-    local d = ev.data or {}
-    local payload = d.task or d
-    if d.type == "checkpoint" then
-      payload = { values = d.values, next = d.next, metadata = d.metadata,
-        checkpoint = { thread_id = run.thread_id, checkpoint_ns = ev.ns or "", checkpoint_id = d.id } }
-    end
-    data = { type = d.type, step = d.step, timestamp = iso(wall()), payload = payload }
-  end
-  return name, data
-end
+local translate = lgrun.translate
 
 -- Runs one run to its end (in its own task), then starts the next queued.
 local function run_body(self, rec, run)
@@ -720,10 +505,8 @@ local function run_body(self, rec, run)
   -- stateless run's thread goes away
   local snap = app:get_state { thread_id = run.thread_id }
   if snap then
-    local out = copy(snap.values)
-    if snap.interrupts and snap.interrupts[1] then
-      local list = interrupts_json(snap.interrupts)
-      out.__interrupt__ = list
+    local out, list = lgrun.output(snap)
+    if list then
       if status == "success" then
         if run.modes.values then run:publish("values", { __interrupt__ = list }) end
         if run.modes.updates then run:publish("updates", { __interrupt__ = list }) end
@@ -782,43 +565,6 @@ local function execute(self, rec, run, lease)
   run:finish(status)
 end
 
-local function list_of(v)
-  if isnull(v) then return nil end
-  if type(v) == "string" then return { v } end
-  if type(v) == "table" then return v end
-  return false
-end
-
--- mg.Command from the API's command {resume, update, goto}
-local function command_of(c)
-  if type(c) ~= "table" then return nil, "command must be an object" end
-  local t = {}
-  if not isnull(c.resume) then t.resume = c.resume end
-  if not isnull(c.update) then
-    if type(c.update) ~= "table" then return nil, "command.update must be an object" end
-    t.update = c.update
-  end
-  local go = c["goto"]
-  if not isnull(go) then
-    local function one(g)
-      if type(g) == "string" then return g end
-      if type(g) == "table" and type(g.node) == "string" then return mg.Send(g.node, g.input) end
-      return nil
-    end
-    if type(go) == "table" and (json.is_array(go) or go[1] ~= nil) then
-      t.to = {}
-      for i, g in ipairs(go) do
-        t.to[i] = one(g)
-        if not t.to[i] then return nil, "command.goto must name nodes or {node, input} sends" end
-      end
-    else
-      t.to = one(go)
-      if not t.to then return nil, "command.goto must name nodes or {node, input} sends" end
-    end
-  end
-  return mg.Command(t)
-end
-
 --[[ run_create(user, thread_id | nil, body) -> run | nil, status, msg
 thread_id nil: a stateless run (on a temporary thread, deleted when the run
 ends unless on_completion = "keep"). The run starts at once, or waits its
@@ -827,55 +573,9 @@ function B:run_create(user, thread_id, body)
   if type(body) ~= "table" then return fail(422, "the request body must be a JSON object") end
   local s = script_of(self, body.assistant_id)
   if not s then return fail(404, "assistant '" .. tostring(body.assistant_id) .. "' not found") end
-  local strategy = isnull(body.multitask_strategy) and "reject" or body.multitask_strategy
-  if not _M.STRATEGIES[strategy] then
-    return fail(422, "multitask_strategy must be reject, enqueue, interrupt or rollback")
-  end
-  for _, k in ipairs { "interrupt_before", "interrupt_after" } do
-    if not isnull(body[k]) then
-      return fail(422, k .. " per run is not supported: compile the graph with " .. k)
-    end
-  end
-  if not isnull(body.webhook) then return fail(422, "webhooks are not supported") end
-  local modes_in = list_of(body.stream_mode)
-  if modes_in == false then return fail(422, "stream_mode must be a mode or a list of modes") end
-  modes_in = modes_in or { "values" }
-  local modes, engine_modes, names = {}, {}, array()
-  for _, m in ipairs(modes_in) do
-    local em = _M.STREAM_MODES[m]
-    if not em then
-      return fail(422, "stream_mode '" .. tostring(m) .. "' is not supported (values, updates, " ..
-        "messages-tuple, custom, debug, tasks, checkpoints)")
-    end
-    if not modes[em] then
-      modes[em] = true
-      engine_modes[#engine_modes + 1] = em
-    end
-    names[#names + 1] = m
-  end
-  local input
-  if not isnull(body.command) then
-    local cmd, cerr = command_of(body.command)
-    if not cmd then return fail(422, cerr) end
-    input = cmd
-  elseif not isnull(body.input) then
-    if type(body.input) ~= "table" or json.is_array(body.input) or body.input[1] ~= nil then
-      return fail(422, "input must be an object of state values (or null to continue the thread)")
-    end
-    input = body.input
-  end
-  local durability = not isnull(body.durability) and body.durability or nil
-  if durability and durability ~= "sync" and durability ~= "async" and durability ~= "exit" then
-    return fail(422, "durability must be sync, async or exit")
-  end
-  local config, st, msg = object(body.config, "config")
-  if not config then return fail(st, msg) end
-  local metadata
-  metadata, st, msg = object(body.metadata, "metadata")
-  if not metadata then return fail(st, msg) end
-  local cp_id = body.checkpoint_id
-  if isnull(cp_id) and type(body.checkpoint) == "table" then cp_id = body.checkpoint.checkpoint_id end
-  if isnull(cp_id) then cp_id = nil end
+  local r, st, msg = lgrequest.run(body)
+  if not r then return fail(st, msg) end
+  local strategy = r.strategy
   local rec
   local temporary, stateless = false, thread_id == nil
   if thread_id == nil then
@@ -922,12 +622,10 @@ function B:run_create(user, thread_id, body)
   run = setmetatable({
     run_id = run_id, thread_id = thread_id, assistant_id = s.name, owner = user,
     created_at = now, updated_at = now, status = "pending",
-    metadata = metadata, multitask_strategy = strategy, stream_mode = names,
-    modes = modes, engine_modes = engine_modes, subgraphs = body.stream_subgraphs == true,
-    input = input, checkpoint_id = cp_id, config_in = config, durability = durability,
-    recursion_limit = tonumber(config.recursion_limit),
-    configurable = type(config.configurable) == "table" and config.configurable or nil,
-    context = type(body.context) == "table" and body.context or nil,
+    metadata = r.metadata, multitask_strategy = strategy, stream_mode = r.names,
+    modes = r.modes, engine_modes = r.engine_modes, subgraphs = r.subgraphs,
+    input = r.input, checkpoint_id = r.checkpoint_id, config_in = r.config, durability = r.durability,
+    recursion_limit = r.recursion_limit, configurable = r.configurable, context = r.context,
     app = s.app, temporary = temporary, stateless = stateless,
     events = {}, waiters = {}, joiners = {}, done = false,
   }, Run)

@@ -1,6 +1,7 @@
 --[[
 moongraph.api.langgraph — the LangGraph Agent Server REST API over a
-backend (moongraph.api.embedded), as routes for moongraph.server.
+backend (moongraph.api.embedded, or moongraph.api.langgraph_distributed for
+`serve --redis --pg`), as routes for moongraph.server.
 
   local langgraph = require "moongraph.api.langgraph"
   local routes = langgraph.routes(backend, { keys = keys, heartbeat = 15 })
@@ -105,14 +106,16 @@ local function pump(res, run, after, filter, heartbeat, headers)
   end
 end
 
-local function last_event_id(req)
-  local v = req.headers["last-event-id"]
-  local n = v and tonumber(v)
-  if not n or n < 0 then return 0 end
-  return math.floor(n)
+-- where a stream of the run starts: after the request's Last-Event-ID
+local function cursor(run, req)
+  return run:cursor(req and req.headers["last-event-id"])
 end
 
 --[[ routes(backend [, opts]) -> routes table for server.listen
+The backend (moongraph.api.embedded, moongraph.api.langgraph_distributed)
+gives runs with run_id, events_after(cursor, timeout) -> {seq, event,
+data}..., done (seq: the event's id and the cursor after it),
+cursor(last_event_id) and stop(action).
 opts.keys: {key = user} (moongraph.api.auth), nil for none;
 opts.heartbeat: seconds between comments on idle streams (15);
 opts.limiter: moongraph.api.ratelimit shared with the other routes of the
@@ -165,7 +168,7 @@ function _M.routes(b, opts)
     local run, st, msg = b:run_create(user, thread_id, body)
     if not run then return problem(st, msg) end
     local base = thread_id and ("/threads/" .. thread_id .. "/runs/" .. run.run_id) or ("/runs/" .. run.run_id)
-    local gone = not pump(res, run, 0, nil, heartbeat,
+    local gone = not pump(res, run, cursor(run, nil), nil, heartbeat,
       { ["Content-Location"] = base, ["Location"] = base .. "/stream" })
     if gone and body.on_disconnect == "cancel" then run:stop("interrupt") end
     return nil
@@ -181,7 +184,7 @@ function _M.routes(b, opts)
   local function join_stream(req, res, user, thread_id, run_id)
     local run, st, msg = b:run(user, thread_id, run_id)
     if not run then return problem(st, msg) end
-    local gone = not pump(res, run, last_event_id(req), mode_filter(req.query.stream_mode), heartbeat)
+    local gone = not pump(res, run, cursor(run, req), mode_filter(req.query.stream_mode), heartbeat)
     if gone and truthy(req.query.cancel_on_disconnect) then run:stop("interrupt") end
     return nil
   end
@@ -257,7 +260,7 @@ function _M.routes(b, opts)
       res:start(200, SSE_HEADERS)
       return nil
     end
-    pump(res, run, last_event_id(req), mode_filter(req.query.stream_mode), heartbeat)
+    pump(res, run, cursor(run, req), mode_filter(req.query.stream_mode), heartbeat)
     return nil
   end)
 

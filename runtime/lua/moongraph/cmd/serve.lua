@@ -1,5 +1,5 @@
 -- moongraph serve [--host H] [--port N] [--script [NAME=]PATH]... [--data DIR]
---                 [--redis URL --pg URL [--prefix P]]
+--                 [--redis URL --pg URL [--prefix P] [--checkpoint KIND]]
 --                 [--heartbeat SEC] [--rate-limit N] [--rate-burst N]
 --                 [--concurrency N] [--web DIR]
 --
@@ -9,8 +9,10 @@
 -- conversations, job event logs and checkpoints under --data (default
 -- .moongraph). With --redis and --pg the Chat API is distributed
 -- (moongraph.api.chat_distributed): messages are jobs for `moongraph worker`
--- processes, conversations live in PostgreSQL, and the process keeps no
--- state; the LangGraph Agent API stays embedded.
+-- processes, conversations live in PostgreSQL, and the LangGraph Agent API
+-- is distributed too (moongraph.api.langgraph_distributed): threads and
+-- runs in PostgreSQL, runs executed by the workers, state read through the
+-- workers' saver (--checkpoint, as theirs); the process keeps no state.
 -- The default script is chat=scripts/eco/chat.lua. API keys come from
 -- MOONGRAPH_API_KEYS="key=user,..." (or MOONGRAPH_API_KEYS_FILE); without
 -- keys it listens on loopback only. Prints "listening on URL" once it
@@ -24,20 +26,21 @@ local paths = require "moongraph.paths"
 local SPEC = {
   name = "serve",
   usage = "usage: moongraph serve [--host H] [--port N] [--script [NAME=]PATH]... [--data DIR]\n" ..
-    "                       [--redis URL --pg URL [--prefix P]]\n" ..
+    "                       [--redis URL --pg URL [--prefix P] [--checkpoint KIND]]\n" ..
     "                       [--heartbeat SEC] [--rate-limit N] [--rate-burst N] [--concurrency N] [--web DIR]",
   help = "Serves the Chat API (/chat/...), the LangGraph Agent API and the web chat page (/)\n" ..
     "over the scripts given (default chat=scripts/eco/chat.lua): runs in-process, state\n" ..
     "under --data (default .moongraph). API keys: MOONGRAPH_API_KEYS=\n" ..
     "\"key=user,...\" (or MOONGRAPH_API_KEYS_FILE); without keys only loopback hosts are\n" ..
     "allowed. --rate-limit: requests per minute per key (default 600; 0: off), --rate-burst:\n" ..
-    "how many may come at once (default 60). --redis URL --pg URL: the Chat API queues\n" ..
-    "messages for `moongraph worker` processes (--prefix as theirs) and keeps conversations\n" ..
-    "in PostgreSQL. See docs/api.md.",
+    "how many may come at once (default 60). --redis URL --pg URL: both APIs queue runs\n" ..
+    "for `moongraph worker` processes (--prefix and --checkpoint as theirs; default cached)\n" ..
+    "and keep conversations, threads and runs in PostgreSQL. See docs/api.md.",
   options = { host = "string", port = "integer", script = "list", data = "string",
               heartbeat = "number", ["rate-limit"] = "number",
               ["rate-burst"] = "integer", concurrency = "integer", web = "string",
-              ["max-message"] = "integer", redis = "string", pg = "string", prefix = "string" },
+              ["max-message"] = "integer", redis = "string", pg = "string", prefix = "string",
+              checkpoint = "string" },
 }
 
 local DEFAULT_SCRIPT = "chat=scripts/eco/chat.lua"
@@ -104,6 +107,9 @@ return {
     if (o.redis == nil) ~= (o.pg == nil) then
       return cliargs.usage_error(SPEC, "--redis and --pg go together (the distributed backend needs both)")
     end
+    if o.checkpoint and not o.redis then
+      return cliargs.usage_error(SPEC, "--checkpoint names the workers' saver: it goes with --redis and --pg")
+    end
     local backend, berr
     if o.redis then
       backend, berr = require("moongraph.api.chat_distributed").new {
@@ -125,7 +131,15 @@ return {
 
     -- The LangGraph Agent API over the same scripts
     local langgraph = require "moongraph.api.langgraph"
-    local lb, lgerr = require("moongraph.api.embedded").new { data = data, scripts = scripts }
+    local lb, lgerr
+    if o.redis then
+      lb, lgerr = require("moongraph.api.langgraph_distributed").new {
+        redis = o.redis, pg = o.pg, prefix = o.prefix, scripts = scripts,
+        checkpoint = o.checkpoint or os.getenv("MOONGRAPH_CHECKPOINT"),
+      }
+    else
+      lb, lgerr = require("moongraph.api.embedded").new { data = data, scripts = scripts }
+    end
     if not lb then return fail("the LangGraph API: " .. tostring(lgerr)) end
     for k, v in pairs(langgraph.routes(lb, { keys = keys, heartbeat = o.heartbeat, limiter = limiter })) do
       if routes[k] == nil then routes[k] = v end
@@ -144,6 +158,7 @@ return {
     io.stdout:flush()
     srv:wait()
     if backend.close then backend:close() end
+    if lb.close then lb:close() end
     return 0
   end,
 }

@@ -74,7 +74,7 @@ local function enqueue(self, job_id, text)
   return id
 end
 
--- submit{input, thread_id?, user_id?, job_id?, script?, multitask_strategy?}
+-- submit{input, thread_id?, user_id?, job_id?, script?, multitask_strategy?, run?}
 -- -> job_id, entry_id, job
 -- | nil, err. A missing job_id or thread_id is made up; user_id is sent
 -- only when given. The fields of the earlier job format (message,
@@ -90,7 +90,7 @@ function C:submit(j)
     job_id = j.job_id or job.new_id("j"),
     thread_id = j.thread_id or job.new_id("t"),
     user_id = j.user_id, script = j.script, input = j.input,
-    multitask_strategy = j.multitask_strategy,
+    multitask_strategy = j.multitask_strategy, run = j.run,
   }
   for _, name in ipairs(job.LEGACY_INPUT) do full[name] = j[name] end
   local norm, reason = job.normalize(full)

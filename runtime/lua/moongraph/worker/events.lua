@@ -2,7 +2,10 @@
 --
 -- Each job has a Redis stream PREFIX:events:<job_id> with entries
 -- {type = ..., data = <JSON>}; types are node_start, node_end, token,
--- answer, error and done, and done is always the last one.
+-- answer, error and done, and done is always the last one. A LangGraph
+-- run (moongraph.worker.langgraph) writes the LangGraph API's event names
+-- instead (metadata, values, updates, ..., error), then done: its emitter
+-- is opened with { any_type = true }.
 --
 -- Writing (the worker):
 --
@@ -54,7 +57,7 @@ function _M.emitter(redis, key, opts)
     redis = redis, key = key,
     maxlen = opts.maxlen or 10000,
     running_ttl = opts.running_ttl or 86400,
-    log = opts.log, metrics = opts.metrics,
+    log = opts.log, metrics = opts.metrics, any_type = opts.any_type,
     items = {}, head = 1, tail = 0,
     wake = mg.queue(), idle = false,
     flushers = {}, closing = false,
@@ -66,7 +69,7 @@ end
 
 -- push(type, data): queue one event (data: a table, encoded as JSON).
 function Emitter:push(etype, data)
-  if not _M.TYPES[etype] then
+  if not _M.TYPES[etype] and not self.any_type then
     error("bad argument #1 to 'push' (unknown event type '" .. tostring(etype) .. "')", 2)
   end
   local text = cjson.encode(data or {})

@@ -17,6 +17,10 @@
 --              optional; what to do when another job of the same thread
 --              runs: enqueue (default: wait for it), reject, interrupt or
 --              rollback (moongraph.multitask)
+--   run        optional; a JSON object: the job is a run of the LangGraph
+--              Agent API (`serve --redis --pg`, moongraph.worker.langgraph):
+--              its checkpoints stay under thread_id, and input may be
+--              absent (null: continue the thread, or run.command resumes it)
 --
 -- Every string of the input (keys included) must be text PostgreSQL can
 -- store: valid UTF-8 without NUL characters (\u0000). A job that breaks
@@ -143,7 +147,7 @@ function _M.field(fields, name)
 end
 
 -- normalize(t) -> job | nil, reason, job_id_or_nil
--- job = { job_id, thread_id, user_id (or nil), script (or nil), input }
+-- job = { job_id, thread_id, user_id (or nil), script (or nil), input, run (or nil) }
 function _M.normalize(t)
   if not is_object(t) then return nil, "a job must be a JSON object" end
   local job_id = ids.valid(t.job_id) and t.job_id or nil
@@ -166,6 +170,13 @@ function _M.normalize(t)
       return nil, "field 'multitask_strategy' must be enqueue, reject, interrupt or rollback", job_id
     end
     j.multitask_strategy = mts
+  end
+  local run = t.run
+  if not absent(run) then
+    if not is_object(run) then return nil, "field 'run' must be a JSON object", job_id end
+    local why = _M.unstorable(run, "run")
+    if why then return nil, "field " .. why .. "; text must be UTF-8 without NUL", job_id end
+    j.run = run
   end
   local input = t.input
   if absent(input) then
@@ -192,7 +203,10 @@ function _M.normalize(t)
       end
     end
   end
-  if input == nil then return nil, "field 'input' is missing (a JSON object)", job_id end
+  if input == nil then
+    if j.run then return j end
+    return nil, "field 'input' is missing (a JSON object)", job_id
+  end
   local why = _M.unstorable(input, "input")
   if why then return nil, "field " .. why .. "; text must be UTF-8 without NUL", job_id end
   j.input = input
@@ -219,7 +233,7 @@ end
 function _M.encode(j)
   return json.encode({
     job_id = j.job_id, thread_id = j.thread_id, user_id = j.user_id,
-    script = j.script, input = j.input, multitask_strategy = j.multitask_strategy,
+    script = j.script, input = j.input, multitask_strategy = j.multitask_strategy, run = j.run,
   }, { name = "job" })
 end
 

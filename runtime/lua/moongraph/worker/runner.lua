@@ -32,6 +32,13 @@
 --      and done events (written once), XACK + XDEL, and the job's
 --      checkpoints are deleted.
 --
+-- A run of the LangGraph API (a job with a `run` field,
+-- moongraph.worker.langgraph) goes through the same steps, except that its
+-- run goes on the thread's own checkpoints (kept, unless its thread is
+-- temporary), without the script's hooks; an earlier attempt that started
+-- it makes a later one continue from the thread's last checkpoint; step 4
+-- also writes its run and thread rows; serve can cancel it while it runs.
+--
 -- Infrastructure that is away for a moment (a restart, a failover) is
 -- waited for in place before step 4, with backoff, up to the job's
 -- deadline (job_timeout from its start); only then is the job left pending
@@ -46,6 +53,7 @@ local job = require "moongraph.worker.job"
 local events = require "moongraph.worker.events"
 local results = require "moongraph.worker.results"
 local checkpointer = require "moongraph.worker.checkpointer"
+local lg = require "moongraph.worker.langgraph"
 local error_message = require("moongraph.text").error_message
 local to_utf8 = require("moongraph.text").to_utf8
 local loop = require("moongraph.core").loop
@@ -251,6 +259,30 @@ local function retry(W, log, what, deadline, fn, other)
   end
 end
 
+-- Run body() -> v in a child task for at most `limit` seconds: v | nil, err.
+-- The lease renewer stops it (js.stop_run) when a later job of the thread
+-- interrupts or rolls it back.
+local function run_child(W, js, limit, body)
+  local child = loop.limit(mg.spawn(function()
+    local sok, s = pcall(body)
+    if not sok then return nil, s end
+    return s
+  end), mg.now() + limit)
+  local guard <close> = setmetatable({}, { __close = function()
+    js.stop_run = nil
+    if not child:done() then child:cancel() end
+  end })
+  js.stop_run = function() if not child:done() then child:cancel() end end
+  local ok, state, err = child:join(limit)
+  if js.preempted then return nil, "preempted" end
+  if not ok then
+    if state == "timeout" then return nil, "the job timed out after " .. W.cfg.job_timeout .. " s" end
+    return nil, state
+  end
+  if state == nil then return nil, err end
+  return state
+end
+
 -- Run the graph for at most `limit` seconds, streaming its events;
 -- returns state | nil, err.
 local function run_graph(W, js, script, input, cfg, em, log, attempt, limit)
@@ -294,26 +326,7 @@ local function run_graph(W, js, script, input, cfg, em, log, attempt, limit)
     end
     return last_state
   end
-  -- the run is a child task: the lease renewer stops it (js.stop_run) when
-  -- a later job of the thread interrupts or rolls it back
-  local child = loop.limit(mg.spawn(function()
-    local sok, s = pcall(body)
-    if not sok then return nil, s end
-    return s
-  end), mg.now() + limit)
-  local guard <close> = setmetatable({}, { __close = function()
-    js.stop_run = nil
-    if not child:done() then child:cancel() end
-  end })
-  js.stop_run = function() if not child:done() then child:cancel() end end
-  local ok, state, err = child:join(limit)
-  if js.preempted then return nil, "preempted" end
-  if not ok then
-    if state == "timeout" then return nil, "the job timed out after " .. W.cfg.job_timeout .. " s" end
-    return nil, state
-  end
-  if state == nil then return nil, err end
-  return state
+  return run_child(W, js, limit, body)
 end
 
 -- Take the lease of the job's thread (its conversation), by the job's
@@ -346,6 +359,10 @@ end
 -- What is stored for a job another job of its thread interrupted or
 -- rolled back.
 local function preempted_outcome(info)
+  if info.cancel then
+    return { status = info.strategy == "rollback" and "rolled_back" or "interrupted", no_record = true,
+             error = "cancelled (" .. info.strategy .. ")" }
+  end
   if info.strategy == "rollback" then
     return { status = "rolled_back", no_record = true,
              error = ("rolled back: job %s of the same thread asked for multitask_strategy rollback")
@@ -358,6 +375,151 @@ end
 -- The outcome (and counter jobs_<outcome>) of a stored status.
 local OUTCOMES = { failed = "failed", rejected = "rejected", interrupted = "done",
                    rolled_back = "preempted" }
+
+-- The run's status in the LangGraph API for a job stopped before or while
+-- it ran.
+local FORCED_RUN_STATUS = { interrupted = "interrupted", rolled_back = "interrupted" }
+
+--[[ A LangGraph run (moongraph.worker.langgraph), from step 3 on: the run
+goes on the thread's own checkpoints, which stay; its events have the
+LangGraph API's names; its run and thread rows are written with the
+result. `forced`: the job cannot run (its thread refused it or a later run
+stopped it). ]]
+local function run_langgraph(W, entry, js, j, script, log, key, deadline, forced, t_start)
+  local cfg = W.cfg
+  local app = script.app
+  local em = events.emitter(W.redis, key, { maxlen = cfg.events_maxlen, log = log, metrics = W.metrics,
+                                            any_type = true })
+  local guard <close> = setmetatable({}, { __close = function() em:abandon() end })
+  local o, from
+  if not forced then
+    local snap, serr = retry(W, log, "reading the thread's checkpoint", deadline, function()
+      local ok, sn, e = pcall(app.get_state, app, { thread_id = j.thread_id })
+      if not ok then return nil, sn end
+      if not sn then return nil, e end
+      return sn
+    end, true)
+    if not snap then return release(W, log, "checkpointer: " .. first_line(serr)) end
+    local how
+    how, from = retry(W, log, "starting the run", deadline, function()
+      return lg.begin(W.db, j.job_id, snap.config and snap.config.checkpoint_id or "")
+    end)
+    if how == nil then return release(W, log, "postgres: " .. first_line(from)) end
+    if how == "stopped" then
+      forced = { status = "interrupted", error = "cancelled before it started" }
+    else
+      local watcher = lg.watch_cancel(W.redis, lg.cancel_key(cfg.prefix, j.job_id), function(action)
+        if js.preempted then return end
+        js.preempted = { by = "cancel", strategy = action, cancel = true }
+        log:info("run cancelled", { action = action })
+        if js.stop_run then js.stop_run() end
+      end)
+      local stop_watch <close> = setmetatable({}, { __close = function()
+        if not watcher:done() then watcher:cancel() end
+      end })
+      log:info(how == "resumed" and "run resumed from the thread's checkpoint" or "run started", {
+        deliveries = entry.deliveries, script = script.name, thread_id = j.thread_id })
+      js.phase = "running"
+      local iok, input = pcall(lg.input, j)
+      if not iok then
+        o = lg.outcome(app, j, "error", first_line(input), em)
+      else
+        if how == "resumed" then input = nil end
+        local body = lg.body(app, j, input, lg.config(j, W.llm, how == "resumed"), em)
+        local ok, rerr = run_child(W, js, math.max(0, deadline - mg.now()), body)
+        if js.preempted then
+          forced = preempted_outcome(js.preempted)
+        elseif ok then
+          o = lg.outcome(app, j, "success", nil, em)
+        elseif transient(rerr) or W.stopping then
+          mg.timeout(1, em.flush, em)
+          return release(W, log, first_line(rerr))
+        else
+          o = lg.outcome(app, j, "error", first_line(rerr), em)
+        end
+      end
+    end
+  end
+  local job_status
+  if forced then
+    log:info("run stopped by its thread", { status = forced.status, reason = forced.error })
+    job_status = forced.status
+    local run_status = FORCED_RUN_STATUS[forced.status]
+    if forced.status == "rolled_back" then
+      persist(log, "rolling the thread back", function()
+        return lg.rollback(W.saver, app, j.thread_id, from)
+      end)
+    end
+    if run_status then
+      o = lg.outcome(app, j, run_status, nil, nil)
+    else
+      o = { status = "error", error = { error = "BusyError", message = forced.error } }
+    end
+  else
+    job_status = o.status == "success" and "done" or "failed"
+  end
+  local why = job.unstorable(o.output, "output")
+  if why then
+    o.output, o.thread = nil, nil
+    o.status, job_status = "error", "failed"
+    o.error = { error = "GraphError", message = why .. "; text must be UTF-8 without NUL" }
+  end
+
+  -- 4. the result, with the run's and its thread's rows, once
+  local row = {
+    job_id = j.job_id, thread_id = j.thread_id, user_id = j.user_id, worker = cfg.consumer,
+    deliveries = entry.deliveries or 1, status = job_status,
+    error = o.error and o.error.message or (forced and forced.error) or nil, state = o.output or {},
+  }
+  local fence = js.lease and { thread_id = j.thread_id, token = js.lease.token } or nil
+  local fenced, gone = false, false
+  js.phase = "storing"
+  persist(log, "storing the result", function()
+    local ok, inserted, stored = pcall(results.commit, W.db, row, function(tx)
+      local rok, rerr = lg.record(tx, j, o)
+      if rok then gone = rerr end
+      return rok, not rok and rerr or nil
+    end, fence)
+    if ok and inserted ~= nil then
+      row.inserted = inserted
+      return true
+    end
+    local err = ok and stored or inserted
+    if tostring(err):find(results.STALE, 1, true) then
+      fenced = true
+      return true
+    end
+    return nil, err
+  end)
+  js.phase = "finishing"
+  if fenced then
+    js.lease = nil
+    mg.timeout(1, em.flush, em)
+    return release(W, log, "the thread's lease passed to a later job while this one ran (stalled worker)")
+  end
+
+  -- 5. the Redis side
+  release_thread(js)
+  em:flush()
+  em:close()
+  persist(log, "final events", function()
+    local r, err = finish_events(W, key, lg.final_events(o, j.job_id, job_status))
+    if r == nil then return nil, err end
+    return true
+  end)
+  ack(W, log, entry, js)
+  local outcome = OUTCOMES[job_status] or "done"
+  if forced and forced.status == "interrupted" then outcome = "preempted" end
+  W.metrics:inc("jobs_" .. outcome)
+  local duration = mg.now() - t_start
+  W.metrics:observe("job", outcome, duration)
+  if j.run.temporary or (gone and row.inserted) then
+    pcall(mg.checkpoint.settle, W.saver, j.thread_id)
+    pcall(W.saver.delete_thread, W.saver, j.thread_id)
+  end
+  log:info("run done", { status = o.status, duration_ms = ms(duration), duplicate = not row.inserted or nil })
+  return outcome
+end
 
 function _M.run(W, entry, js)
   local t_start = mg.now()
@@ -388,9 +550,18 @@ function _M.run(W, entry, js)
   if existing then
     js.phase = "finishing"
     log:info("job already has a result: finishing it", { deliveries = entry.deliveries })
-    if hooks.forget then after_hook(log, "the forget hook", hooks.forget, j, env) end
+    if hooks.forget and not j.run then after_hook(log, "the forget hook", hooks.forget, j, env) end
+    local list
+    if j.run then
+      local failed = existing.status ~= "done" and existing.status ~= "interrupted"
+        and existing.status ~= "rolled_back"
+      list = lg.final_events({ error = failed and { error = "GraphError", message = existing.error } or nil },
+        j.job_id, existing.status)
+    else
+      list = final_events(existing)
+    end
     persist(log, "final events", function()
-      local r, err = finish_events(W, key, final_events(existing))
+      local r, err = finish_events(W, key, list)
       if r == nil then return nil, err end
       return true
     end)
@@ -432,6 +603,8 @@ function _M.run(W, entry, js)
   else
     return release(W, log, "thread lease: " .. first_line(lerr))
   end
+
+  if j.run then return run_langgraph(W, entry, js, j, script, log, key, deadline, forced, t_start) end
 
   -- 3. start or resume the run; a run stopped by a transient failure (its
   -- checkpointer away) resumes here from its last checkpoint
