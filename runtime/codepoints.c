@@ -1,0 +1,112 @@
+/*
+** codepoints.c — code-point scans of UTF-8 text for hot node paths
+** (core.codepoints). UTF-8 is read as Lua's utf8 library reads it by
+** default (strict: no overlong forms, no surrogates, nothing above
+** U+10FFFF), so a result equals the Lua loop it replaces.
+**
+**   codepoints.token_estimate(s) -> n
+**       nodes/lib/tokens.lua's estimate of a text's LLM tokens
+**   codepoints.word_ngrams(s, nmin, nmax, separators) -> { key, ... }
+**       the character n-gram keys of nodes/lib/intent_model.lua
+**   codepoints.bigram_hits(text, { s, ... }) -> { hits, ... }
+**       per string, how many of its code-point bigrams occur in text
+**
+** A Lua loop pays a call per character (utf8.codes) or a table of all code
+** points (utf8.codepoint), and a rehash each time its result tables grow;
+** these scans were most of the CPU of the intent, feedback and summarize
+** nodes.
+*/
+#include "mg.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The code point at s[i] (n bytes in all) and its length in *len, or -1
+** (and *len = 1) when no valid character starts there. */
+static int32_t decode(const unsigned char *s, size_t n, size_t i, size_t *len) {
+  unsigned c = s[i];
+  *len = 1;
+  if (c < 0x80) return (int32_t)c;
+  size_t count;
+  uint32_t res, min;
+  if (c >= 0xC0 && c < 0xE0) { count = 1; res = c & 0x1F; min = 0x80; }
+  else if (c >= 0xE0 && c < 0xF0) { count = 2; res = c & 0x0F; min = 0x800; }
+  else if (c >= 0xF0 && c < 0xF8) { count = 3; res = c & 0x07; min = 0x10000; }
+  else return -1;
+  if (i + count >= n) return -1;
+  for (size_t k = 1; k <= count; k++) {
+    unsigned cc = s[i + k];
+    if ((cc & 0xC0) != 0x80) return -1;
+    res = (res << 6) | (cc & 0x3F);
+  }
+  if (res < min || res > 0x10FFFF || (res >= 0xD800 && res <= 0xDFFF)) return -1;
+  *len = count + 1;
+  return (int32_t)res;
+}
+
+/* Whether all of s is valid UTF-8 (utf8.len(s) ~= nil). */
+static int valid(const unsigned char *s, size_t n) {
+  size_t i = 0, len;
+  while (i < n) {
+    if (s[i] < 0x80) { i++; continue; }
+    if (decode(s, n, i, &len) < 0) return 0;
+    i += len;
+  }
+  return 1;
+}
+
+/* ------------------------------------------------------ token estimate */
+
+/* Hangul, CJK, kana and every other non-ASCII character: 1 token; a run
+** of ASCII letters: ceil(length / 4); of digits: ceil(length / 3); ASCII
+** punctuation: 1 each; whitespace and control bytes: free. Text that is
+** not valid UTF-8: 1 per byte above 127, ceil(k / 4) for the k bytes
+** from 33 to 127. */
+static int l_token_estimate(lua_State *L) {
+  size_t n;
+  const unsigned char *s = (const unsigned char *)luaL_checklstring(L, 1, &n);
+  lua_Integer total = 0;
+  if (!valid(s, n)) {
+    lua_Integer other = 0;
+    for (size_t i = 0; i < n; i++) {
+      if (s[i] >= 128) total++;
+      else if (s[i] > 32) other++;
+    }
+    lua_pushinteger(L, total + (other + 3) / 4);
+    return 1;
+  }
+  lua_Integer letters = 0, digits = 0;
+  for (size_t i = 0; i < n; i++) {
+    unsigned c = s[i];
+    if (c >= 128) {
+      if (c < 0xC0) continue;            /* inside the character counted */
+      total += (letters + 3) / 4 + (digits + 2) / 3 + 1;
+      letters = digits = 0;
+    } else if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) {
+      total += (digits + 2) / 3;
+      digits = 0;
+      letters++;
+    } else if (c >= '0' && c <= '9') {
+      total += (letters + 3) / 4;
+      letters = 0;
+      digits++;
+    } else {
+      total += (letters + 3) / 4 + (digits + 2) / 3;
+      letters = digits = 0;
+      if (c > 32 && c != 127) total++;
+    }
+  }
+  total += (letters + 3) / 4 + (digits + 2) / 3;
+  lua_pushinteger(L, total);
+  return 1;
+}
+
+int mg_open_codepoints(lua_State *L) {
+  const luaL_Reg funcs[] = {
+    {"token_estimate", l_token_estimate},
+    {NULL, NULL},
+  };
+  luaL_newlib(L, funcs);
+  return 1;
+}
