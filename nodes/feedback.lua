@@ -30,6 +30,7 @@ local korean = require "nodes.lib.korean"
 local turn = require "nodes.lib.turn"
 local prompts = require "moongraph.prompt"
 local delete_bytes = require("moongraph.text").delete_bytes
+local bigram_hits = require("moongraph.core").codepoints.bigram_hits
 
 local type, ipairs, tostring, tonumber, concat = type, ipairs, tostring, tonumber, table.concat
 local floor, lower = math.floor, string.lower
@@ -46,7 +47,7 @@ _M.dimensions = { "faithfulness", "groundedness", "context_relevance", "answer_r
 
 local function round(x) return floor(x * 1000 + 0.5) / 1000 end
 
-local codes, len = utf8.codes, utf8.len
+local len = utf8.len
 
 -- The bytes gsub(s, "[%s%p]+", "") deletes (ASCII spaces and punctuation),
 -- taken from the pattern itself so the two agree byte for byte.
@@ -73,26 +74,6 @@ local function trim_end(s)
   local e = #s
   while e > 0 and SPACE[byte(s, e)] do e = e - 1 end
   return e == #s and s or sub(s, 1, e)
-end
-
--- Bigrams of a squashed text, each an integer key; adds them to `set` when
--- given and returns them as a list.
-local function grams_of(sq, set)
-  local out, n, prev = {}, 0, nil
-  for _, c in codes(sq) do
-    if prev then
-      local g = prev * 0x110000 + c
-      n = n + 1
-      out[n] = g
-      if set then set[g] = true end
-    end
-    prev = c
-  end
-  return out
-end
-
-function _M.grams(text, set)
-  return grams_of(squash(text), set)
 end
 
 -- The first sentence mark (".", "!" or "?") at or after `from`, or nil.
@@ -205,22 +186,25 @@ function _M.heuristic(question, grounding, answer)
   -- valid UTF-8 that is the squashed text itself
   local gsq_raw = gsq
   if not len(grounding) then gsq_raw = strip(lower(grounding)) end
-  local ctx_grams = nil     -- built when a claim is not in the grounding word for word
   local claims = claims_of(answer)
-  local supported_claims, supported, total = 0, 0, 0
-  for _, c in ipairs(claims) do
-    local nb = c.n - 1
-    local hit
+  -- a claim found word for word is wholly supported; the others' bigrams
+  -- are looked up in the grounding's, all in one pass (runtime/codepoints.c)
+  local hits, rest, at = {}, {}, {}
+  for i, c in ipairs(claims) do
     if gsq:find(c.sq, 1, true) then
-      hit = nb
+      hits[i] = c.n - 1
     else
-      if not ctx_grams then ctx_grams = {}; grams_of(gsq, ctx_grams) end
-      hit = 0
-      local gs = grams_of(c.sq)
-      for i = 1, #gs do
-        if ctx_grams[gs[i]] then hit = hit + 1 end
-      end
+      rest[#rest + 1], at[#at + 1] = c.sq, i
     end
+  end
+  if #rest > 0 then
+    local found = bigram_hits(gsq, rest)
+    for k, i in ipairs(at) do hits[i] = found[k] end
+  end
+  local supported_claims, supported, total = 0, 0, 0
+  for i, c in ipairs(claims) do
+    local nb = c.n - 1
+    local hit = hits[i]
     supported, total = supported + hit, total + nb
     if hit / nb >= _M.min_support then supported_claims = supported_claims + 1 end
   end

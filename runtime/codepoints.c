@@ -102,9 +102,80 @@ static int l_token_estimate(lua_State *L) {
   return 1;
 }
 
+/* ------------------------------------------------------- bigram hits */
+
+#define NO_KEY UINT64_MAX
+
+/* The code point at s[*i], advancing *i; raises on invalid UTF-8. */
+static int32_t next_char(lua_State *L, const unsigned char *s, size_t n, size_t *i, int arg) {
+  size_t len;
+  int32_t c = decode(s, n, *i, &len);
+  if (c < 0) luaL_error(L, "bad argument #%d to 'bigram_hits' (invalid UTF-8 at byte %d)", arg, (int)(*i + 1));
+  *i += len;
+  return c;
+}
+
+static uint64_t *slot_of(uint64_t *set, size_t mask, uint64_t key) {
+  size_t h = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & mask;
+  while (set[h] != NO_KEY && set[h] != key) h = (h + 1) & mask;
+  return &set[h];
+}
+
+/* bigram_hits(text, list) -> counts: for each string of list, how many of
+** its neighbouring code-point pairs (position by position) are also a pair
+** somewhere in text. Raises on text that is not valid UTF-8. */
+static int l_bigram_hits(lua_State *L) {
+  size_t n;
+  const unsigned char *s = (const unsigned char *)luaL_checklstring(L, 1, &n);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  lua_Integer count = luaL_len(L, 2);
+  for (lua_Integer k = 1; k <= count; k++) {
+    if (lua_rawgeti(L, 2, k) != LUA_TSTRING)
+      return luaL_error(L, "bad argument #2 to 'bigram_hits' (item %d is not a string)", (int)k);
+    lua_pop(L, 1);
+  }
+  size_t cap = 16;
+  while (cap < n) cap <<= 1;          /* at most n pairs: load <= 1/2 */
+  cap <<= 1;
+  uint64_t *set = lua_newuserdatauv(L, cap * sizeof *set, 0);
+  memset(set, 0xFF, cap * sizeof *set);
+  size_t i = 0;
+  int64_t prev = -1;
+  while (i < n) {
+    int32_t c = next_char(L, s, n, &i, 1);
+    if (prev >= 0) {
+      uint64_t key = ((uint64_t)prev << 21) | (uint64_t)c;
+      *slot_of(set, cap - 1, key) = key;
+    }
+    prev = c;
+  }
+  lua_createtable(L, count > 0 ? (int)count : 0, 0);
+  for (lua_Integer k = 1; k <= count; k++) {
+    size_t m;
+    lua_rawgeti(L, 2, k);
+    const unsigned char *t = (const unsigned char *)lua_tolstring(L, -1, &m);
+    lua_Integer hits = 0;
+    size_t j = 0;
+    prev = -1;
+    while (j < m) {
+      int32_t c = next_char(L, t, m, &j, 2);
+      if (prev >= 0) {
+        uint64_t key = ((uint64_t)prev << 21) | (uint64_t)c;
+        if (*slot_of(set, cap - 1, key) == key) hits++;
+      }
+      prev = c;
+    }
+    lua_pop(L, 1);
+    lua_pushinteger(L, hits);
+    lua_rawseti(L, -2, k);
+  }
+  return 1;
+}
+
 int mg_open_codepoints(lua_State *L) {
   const luaL_Reg funcs[] = {
     {"token_estimate", l_token_estimate},
+    {"bigram_hits", l_bigram_hits},
     {NULL, NULL},
   };
   luaL_newlib(L, funcs);

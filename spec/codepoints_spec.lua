@@ -73,3 +73,52 @@ describe("codepoints.token_estimate", function()
     assert.has_error(function() codepoints.token_estimate({}) end)
   end)
 end)
+
+describe("codepoints.bigram_hits", function()
+  -- the count as nodes/feedback.lua defines it: a set of the text's
+  -- code-point pairs, then each string's pairs looked up in order
+  local function pairs_of(s)
+    local out, prev = {}, nil
+    for _, c in utf8.codes(s) do
+      if prev then out[#out + 1] = prev * 0x110000 + c end
+      prev = c
+    end
+    return out
+  end
+  local function reference(text, list)
+    local set = {}
+    for _, g in ipairs(pairs_of(text)) do set[g] = true end
+    local out = {}
+    for i, s in ipairs(list) do
+      local n = 0
+      for _, g in ipairs(pairs_of(s)) do if set[g] then n = n + 1 end end
+      out[i] = n
+    end
+    return out
+  end
+
+  it("counts each string's pairs found in the text, repeats included", function()
+    assert.same({ 2, 0, 2, 0, 0 }, codepoints.bigram_hits("종이컵은 종이류", { "종이컵", "컵종", "종이종이", "종", "" }))
+    assert.same({}, codepoints.bigram_hits("abc", {}))
+    assert.same({ 0 }, codepoints.bigram_hits("", { "ab" }))
+  end)
+
+  it("agrees with the Lua sets over random text", function()
+    math.randomseed(23)
+    for _ = 1, 1000 do
+      local text, list = random_text(), {}
+      for i = 1, math.random(0, 4) do list[i] = random_text() end
+      assert.same(reference(text, list), codepoints.bigram_hits(text, list))
+    end
+  end)
+
+  it("rejects what is not valid UTF-8 and a list that is not of strings", function()
+    assert.has_error(function() codepoints.bigram_hits("a\255b", { "ab" }) end,
+      "bad argument #1 to 'bigram_hits' (invalid UTF-8 at byte 2)")
+    assert.has_error(function() codepoints.bigram_hits("ab", { "\237\160\128" }) end,
+      "bad argument #2 to 'bigram_hits' (invalid UTF-8 at byte 1)")
+    assert.has_error(function() codepoints.bigram_hits("ab", { "a", 3 }) end,
+      "bad argument #2 to 'bigram_hits' (item 2 is not a string)")
+    assert.has_error(function() codepoints.bigram_hits("ab") end)
+  end)
+end)
