@@ -172,10 +172,113 @@ static int l_bigram_hits(lua_State *L) {
   return 1;
 }
 
+/* ------------------------------------------------------- word n-grams */
+
+#define SHIFT 2097152             /* 2^21: room for any code point */
+#define WORD_BEGIN 1
+#define WORD_END 2
+
+typedef struct {
+  uint64_t *set;                  /* keys + 1 (0 = free), open addressing */
+  size_t mask;
+  lua_Integer *list;              /* keys in order of first occurrence */
+  size_t count;
+  int nmin, nmax;
+} ngrams;
+
+static void add_key(ngrams *g, lua_Integer key) {
+  uint64_t k = (uint64_t)key + 1;
+  size_t h = (size_t)((k * 0x9E3779B97F4A7C15ull) >> 20) & g->mask;
+  while (g->set[h]) {
+    if (g->set[h] == k) return;
+    h = (h + 1) & g->mask;
+  }
+  g->set[h] = k;
+  g->list[g->count++] = key;
+}
+
+/* The n-grams of one word w[1..n], w[0] and w[n + 1] its boundary marks. */
+static void add_word(ngrams *g, int32_t *w, size_t n) {
+  w[0] = WORD_BEGIN;
+  w[n + 1] = WORD_END;
+  for (size_t i = 0; i <= n + 1; i++) {
+    lua_Integer a = w[i];
+    if (g->nmin <= 1 && i >= 1 && i <= n) add_key(g, a);
+    if (i <= n) {
+      lua_Integer f = a * SHIFT + w[i + 1];
+      if (g->nmin <= 2 && g->nmax >= 2) add_key(g, f);
+      if (g->nmax >= 3 && i < n) add_key(g, f * SHIFT + w[i + 2]);
+    }
+  }
+}
+
+static int is_separator(int32_t c, const int32_t *extra, size_t nextra) {
+  if (c < 128)
+    return !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'));
+  for (size_t k = 0; k < nextra; k++)
+    if (extra[k] == c) return 1;
+  return 0;
+}
+
+/* word_ngrams(s, nmin, nmax, separators) -> keys: words are the runs of
+** code points between separators (ASCII other than letters and digits,
+** the code points of the string `separators`, and every byte that does
+** not start a valid character); ASCII letters are lower-cased. Each word,
+** between the marks 1 (begin) and 2 (end), gives its 1-grams (nmin <= 1),
+** 2-grams with the marks (nmin <= 2 <= nmax) and 3-grams with the marks
+** (nmax >= 3), an n-gram being the integer c1 * 2^21 + c2 (* 2^21 + c3).
+** Keys are listed once, in order of first occurrence. */
+static int l_word_ngrams(lua_State *L) {
+  size_t n, m;
+  const unsigned char *s = (const unsigned char *)luaL_checklstring(L, 1, &n);
+  lua_Integer nmin = luaL_checkinteger(L, 2);
+  lua_Integer nmax = luaL_checkinteger(L, 3);
+  const unsigned char *sep = (const unsigned char *)luaL_checklstring(L, 4, &m);
+  luaL_argcheck(L, nmin >= 1 && nmin <= 3, 2, "n-gram sizes are 1 to 3");
+  luaL_argcheck(L, nmax >= nmin && nmax <= 3, 3, "n-gram sizes are 1 to 3");
+  if (n > ((size_t)1 << 28)) return luaL_argerror(L, 1, "text too long");
+  int32_t extra[64];
+  size_t nextra = 0;
+  for (size_t i = 0, len; i < m; i += len) {
+    int32_t c = decode(sep, m, i, &len);
+    luaL_argcheck(L, c >= 0, 4, "separators are not valid UTF-8");
+    luaL_argcheck(L, nextra < sizeof extra / sizeof extra[0], 4, "at most 64 separators");
+    extra[nextra++] = c;
+  }
+  /* a word of k characters has at most 3k + 1 n-grams */
+  size_t most = 3 * n + n / 2 + 2, cap = 16;
+  while (cap < 2 * most) cap <<= 1;
+  size_t bytes = cap * sizeof(uint64_t) + most * sizeof(lua_Integer) + (n + 2) * sizeof(int32_t);
+  char *mem = lua_newuserdatauv(L, bytes, 0);
+  ngrams g = { (uint64_t *)mem, cap - 1, (lua_Integer *)(mem + cap * sizeof(uint64_t)), 0,
+               (int)nmin, (int)nmax };
+  int32_t *w = (int32_t *)(mem + cap * sizeof(uint64_t) + most * sizeof(lua_Integer));
+  memset(g.set, 0, cap * sizeof(uint64_t));
+  size_t k = 0;                   /* characters in the open word */
+  for (size_t i = 0, len; i < n; i += len) {
+    int32_t c = decode(s, n, i, &len);
+    if (c < 0 || is_separator(c, extra, nextra)) {
+      if (k) add_word(&g, w, k);
+      k = 0;
+      continue;
+    }
+    if (c >= 'A' && c <= 'Z') c += 32;
+    w[++k] = c;
+  }
+  if (k) add_word(&g, w, k);
+  lua_createtable(L, (int)g.count, 0);
+  for (size_t i = 0; i < g.count; i++) {
+    lua_pushinteger(L, g.list[i]);
+    lua_rawseti(L, -2, (lua_Integer)i + 1);
+  }
+  return 1;
+}
+
 int mg_open_codepoints(lua_State *L) {
   const luaL_Reg funcs[] = {
     {"token_estimate", l_token_estimate},
     {"bigram_hits", l_bigram_hits},
+    {"word_ngrams", l_word_ngrams},
     {NULL, NULL},
   };
   luaL_newlib(L, funcs);

@@ -122,3 +122,73 @@ describe("codepoints.bigram_hits", function()
     assert.has_error(function() codepoints.bigram_hits("ab") end)
   end)
 end)
+
+describe("codepoints.word_ngrams", function()
+  local SHIFT = 2097152
+  local SEPS = "？·\u{3000}"
+  -- the features as nodes/lib/intent_model.lua defines them, in Lua
+  local function reference(text, nmin, nmax)
+    local seps = {}
+    for _, c in utf8.codes(SEPS) do seps[c] = true end
+    while not utf8.len(text) do
+      local _, bad = utf8.len(text)
+      text = text:sub(1, bad - 1) .. " " .. text:sub(bad + 1)
+    end
+    local seen, list, w, n = {}, {}, {}, 0
+    local function add(f) if not seen[f] then seen[f] = true; list[#list + 1] = f end end
+    local function flush()
+      if n == 0 then return end
+      w[0], w[n + 1] = 1, 2
+      for i = 0, n + 1 do
+        if nmin <= 1 and i >= 1 and i <= n then add(w[i]) end
+        if i <= n then
+          local f = w[i] * SHIFT + w[i + 1]
+          if nmin <= 2 and nmax >= 2 then add(f) end
+          if nmax >= 3 and i < n then add(f * SHIFT + w[i + 2]) end
+        end
+      end
+      n = 0
+    end
+    for _, c in utf8.codes(text) do
+      if (c < 128 and not string.char(c):match("%w")) or seps[c] then
+        flush()
+      else
+        if c >= 65 and c <= 90 then c = c + 32 end
+        n = n + 1
+        w[n] = c
+      end
+    end
+    flush()
+    return list
+  end
+
+  it("lists a word's n-grams between its boundary marks, once each", function()
+    local ga, na = utf8.codepoint("가"), utf8.codepoint("나")
+    assert.same({ 1 * SHIFT + ga, (1 * SHIFT + ga) * SHIFT + 2, ga, ga * SHIFT + 2 },
+      codepoints.word_ngrams("가", 1, 3, SEPS))
+    assert.same({ 1 * SHIFT + ga, ga * SHIFT + na, na * SHIFT + 2 },
+      codepoints.word_ngrams("가나？가나", 2, 2, SEPS))
+    assert.same(codepoints.word_ngrams("ab", 1, 3, SEPS), codepoints.word_ngrams("AB", 1, 3, SEPS))
+    assert.same({}, codepoints.word_ngrams(" .,？ ", 1, 3, SEPS))
+    assert.same(codepoints.word_ngrams("a b", 1, 3, SEPS), codepoints.word_ngrams("a\255b", 1, 3, SEPS))
+  end)
+
+  it("agrees with the Lua loop over random text and every size range", function()
+    math.randomseed(29)
+    for i = 1, 2000 do
+      local s = random_text(i % 3 == 0)
+      for _, r in ipairs({ { 1, 3 }, { 1, 1 }, { 2, 3 }, { 3, 3 }, { 1, 2 } }) do
+        assert.same(reference(s, r[1], r[2]), codepoints.word_ngrams(s, r[1], r[2], SEPS))
+      end
+    end
+  end)
+
+  it("names a bad argument", function()
+    assert.has_error(function() codepoints.word_ngrams("x", 0, 3, SEPS) end)
+    assert.has_error(function() codepoints.word_ngrams("x", 2, 1, SEPS) end)
+    assert.has_error(function() codepoints.word_ngrams("x", 1, 4, SEPS) end)
+    assert.has_error(function() codepoints.word_ngrams("x", 1, 3, "\255") end)
+    assert.has_error(function() codepoints.word_ngrams("x", 1, 3, string.rep("·", 65)) end)
+    assert.has_error(function() codepoints.word_ngrams(nil, 1, 3, SEPS) end)
+  end)
+end)
