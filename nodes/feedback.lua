@@ -86,10 +86,10 @@ local function next_mark(line, from)
   return a
 end
 
--- Sentences of a line: cut after a run of sentence marks followed by
--- spaces (the pattern "[%.!?]+%s+"); marks inside a word ("1.5km") stay.
-local function split_sentences(line, out)
-  local from = 1
+-- Sentences of line from byte `from` on: cut after a run of sentence marks
+-- followed by spaces (the pattern "[%.!?]+%s+"), the sentence keeping the
+-- run's first mark; marks inside a word ("1.5km") stay.
+local function split_sentences(line, from, out)
   local at = from
   while true do
     local m = next_mark(line, at)
@@ -106,7 +106,13 @@ local function split_sentences(line, out)
   if from <= #line then out[#out + 1] = sub(line, from) end
 end
 
+-- The first bytes of the lines that are not claims: headings ("■ ..."),
+-- labels ("[...]") and notices ("※ ...").
+local HEADING, NOTICE = "■", "※"
+
 -- The claims of an answer with their units: { {text, sq, n = units}, ... }.
+-- A line's leading spaces, bullet ("-", "*", a byte of "•") and number
+-- ("1." or "1)") are not part of its first sentence.
 local function claims_of(answer)
   local out = {}
   local pos, size = 1, #answer
@@ -114,10 +120,15 @@ local function claims_of(answer)
     local nl = find(answer, "\n", pos, true)
     local line = sub(answer, pos, (nl or size + 1) - 1)
     pos = (nl or size + 1) + 1
-    local l = line:gsub("^%s+", "")
-    if l ~= "" and not l:find("^■") and not l:find("^%[") and not l:find("^※") then
-      l = l:gsub("^[%-%*•]%s*", ""):gsub("^%d+[%.%)]%s*", "")
-      split_sentences(l, out)
+    local at = find(line, "%S")
+    local b = at and byte(line, at)
+    if b and b ~= 91 and not (b == 0xE2 and (find(line, HEADING, at, true) == at
+                                             or find(line, NOTICE, at, true) == at)) then
+      local _, e = find(line, "^[%-%*•]%s*", at)
+      if e then at = e + 1 end
+      _, e = find(line, "^%d+[%.%)]%s*", at)
+      if e then at = e + 1 end
+      split_sentences(line, at, out)
     end
   end
   local kept = {}
