@@ -2,6 +2,8 @@
 ** bytes.c — byte-level string work for hot text paths (core.bytes).
 **
 **   bytes.delete(s, set) -> s without any byte that occurs in `set`
+**   bytes.percent_encode(s) -> s with every byte outside the unreserved
+**       set of RFC 3986 (ASCII letters, digits, "-", ".", "_", "~") as %XX
 **
 ** One pass in C. The same with a Lua pattern (gsub(s, "[...]+", "")) tries
 ** the pattern at every byte and costs some 25 ns a byte, which made such
@@ -34,9 +36,42 @@ static int l_delete(lua_State *L) {
   return 1;
 }
 
+static int unreserved(unsigned char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         c == '-' || c == '.' || c == '_' || c == '~';
+}
+
+static int l_percent_encode(lua_State *L) {
+  static const char hex[] = "0123456789ABCDEF";
+  size_t n;
+  const unsigned char *s = (const unsigned char *)luaL_checklstring(L, 1, &n);
+  size_t i = 0;
+  while (i < n && unreserved(s[i])) i++;
+  if (i == n) {            /* nothing to encode: s itself */
+    lua_settop(L, 1);
+    return 1;
+  }
+  luaL_Buffer b;
+  char *out = luaL_buffinitsize(L, &b, i + 3 * (n - i));
+  memcpy(out, s, i);
+  size_t k = i;
+  for (; i < n; i++) {
+    if (unreserved(s[i])) {
+      out[k++] = (char)s[i];
+    } else {
+      out[k++] = '%';
+      out[k++] = hex[s[i] >> 4];
+      out[k++] = hex[s[i] & 15];
+    }
+  }
+  luaL_pushresultsize(&b, k);
+  return 1;
+}
+
 int mg_open_bytes(lua_State *L) {
   const luaL_Reg funcs[] = {
     {"delete", l_delete},
+    {"percent_encode", l_percent_encode},
     {NULL, NULL},
   };
   luaL_newlib(L, funcs);
