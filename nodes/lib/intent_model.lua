@@ -361,10 +361,20 @@ function _M.predict(self, text)
     probs[c] = p[j]
     ranked[j] = { intent = c, p = p[j] }
   end
-  sort(ranked, function(x, y)
-    if x.p ~= y.p then return x.p > y.p end
-    return x.intent < y.intent
-  end)
+  -- best first, ties by name: an insertion sort of the few labels, without
+  -- a call per comparison
+  for i = 2, #ranked do
+    local e = ranked[i]
+    local p, c = e.p, e.intent
+    local k = i - 1
+    while k >= 1 do
+      local o = ranked[k]
+      if o.p > p or (o.p == p and o.intent < c) then break end
+      ranked[k + 1] = o
+      k = k - 1
+    end
+    ranked[k + 1] = e
+  end
   return probs, ranked, known
 end
 
