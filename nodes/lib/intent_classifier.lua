@@ -40,7 +40,7 @@ local prompts = require "moongraph.prompt"
 local type, ipairs, pairs, error, pcall, tostring, tonumber =
   type, ipairs, pairs, error, pcall, tostring, tonumber
 local concat, sort = table.concat, table.sort
-local find, sub, lower, gsub = string.find, string.sub, string.lower, string.gsub
+local find, sub, lower, gsub, byte = string.find, string.sub, string.lower, string.gsub, string.byte
 local min, max = math.min, math.max
 
 local _M = {}
@@ -185,10 +185,55 @@ local function ends_with(word, suffix)
   return #word > #suffix and sub(word, -#suffix) == suffix
 end
 
-local function set_of(list)
+-- Views of the rule lists made once per list (rules are data that do not
+-- change between messages; a list that grows or shrinks is read again):
+-- view(list) -> the view made by make(list), or of an empty list.
+local EMPTY = {}
+local function list_view(make)
+  local views = setmetatable({}, { __mode = "k" })
+  return function(list)
+    list = list or EMPTY
+    local v = views[list]
+    if not v or v.n ~= #list then
+      v = make(list)
+      v.n = #list
+      views[list] = v
+    end
+    return v
+  end
+end
+
+-- the words of a list as a set
+local set_of = list_view(function(list)
   local s = {}
-  for _, v in ipairs(list or {}) do s[v] = true end
-  return s
+  for _, w in ipairs(list) do s[w] = true end
+  return { set = s }
+end)
+
+-- the non-empty suffixes of a list by their last byte, in list order, so a
+-- word is compared only with those that can end it
+local suffixes_ending = list_view(function(list)
+  local by = {}
+  for _, suf in ipairs(list) do
+    if suf ~= "" then
+      local b = byte(suf, -1)
+      local l = by[b]
+      if not l then l = {}; by[b] = l end
+      l[#l + 1] = suf
+    end
+  end
+  return { by = by }
+end)
+
+-- The first suffix of `list` (suffixes_ending view) that ends word and
+-- leaves something before it, or nil.
+local function suffix_of(word, view)
+  local cands = view.by[byte(word, -1)]
+  if not cands then return nil end
+  for i = 1, #cands do
+    if ends_with(word, cands[i]) then return cands[i] end
+  end
+  return nil
 end
 
 -- Cut a message into clauses at the markers of multi_intent.lua, undoing
@@ -215,7 +260,9 @@ function _M.split(message, mi)
   for _, m in ipairs(mi.list_marks or {}) do
     if find(text, m, 1, true) then text = gsub(text, m:gsub("%p", "%%%0"), " \1L ") end
   end
-  local conj = set_of(mi.conjunction_words)
+  local conj = set_of(mi.conjunction_words).set
+  local particles = suffixes_ending(mi.particle_suffixes)
+  local verbs = suffixes_ending(mi.verb_suffixes)
 
   -- raw segments; a segment records the words as written and as used for
   -- classification (joining particles dropped)
@@ -239,19 +286,11 @@ function _M.split(message, mi)
       cut("conjunction")
     else
       local kind, stripped
-      for _, suf in ipairs(mi.particle_suffixes or {}) do
-        if ends_with(tok, suf) then
-          kind, stripped = "particle", sub(tok, 1, #tok - #suf)
-          break
-        end
-      end
-      if not kind then
-        for _, suf in ipairs(mi.verb_suffixes or {}) do
-          if ends_with(tok, suf) then
-            kind, stripped = "verb", tok
-            break
-          end
-        end
+      local suf = suffix_of(tok, particles)
+      if suf then
+        kind, stripped = "particle", sub(tok, 1, #tok - #suf)
+      elseif suffix_of(tok, verbs) then
+        kind, stripped = "verb", tok
       end
       cur.words[#cur.words + 1] = tok
       cur.plain[#cur.plain + 1] = stripped or tok
