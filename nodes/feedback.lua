@@ -233,12 +233,13 @@ end
 -- The grounding text of a state: its usable contexts, clarify's text and
 -- the notices.
 function _M.grounding(state)
-  local parts = { turn.render(turn.sections(state)) }
+  local sections = turn.sections(state)
+  local parts = { turn.render(sections) }
   local contexts = type(state.contexts) == "table" and state.contexts or {}
   if type(contexts.clarify) == "table" and type(contexts.clarify.text) == "string" then
     parts[#parts + 1] = contexts.clarify.text
   end
-  for _, l in ipairs(turn.notices(state)) do parts[#parts + 1] = l end
+  for _, l in ipairs(turn.notices(state, sections)) do parts[#parts + 1] = l end
   return concat(parts, "\n")
 end
 
