@@ -31,6 +31,7 @@ local turn = require "nodes.lib.turn"
 local prompts = require "moongraph.prompt"
 local delete_bytes = require("moongraph.text").delete_bytes
 local bigram_hits = require("moongraph.core").codepoints.bigram_hits
+local fold = require("moongraph.core").codepoints.fold
 
 local type, ipairs, tostring, tonumber, concat = type, ipairs, tostring, tonumber, table.concat
 local floor, lower = math.floor, string.lower
@@ -63,9 +64,13 @@ local function strip(s)
   return delete_bytes(s, SPACE_PUNCT)
 end
 
--- The text units of a text as one string (see above).
+-- The text units of a text as one string (see above), how many there are,
+-- and whether the text was valid UTF-8 (one pass in C when it is).
 local function squash(text)
-  return strip(lower(korean.sanitize(text)))
+  local sq, n = fold(text, SPACE_PUNCT)
+  if sq then return sq, n, true end
+  sq = strip(lower(korean.sanitize(text)))
+  return sq, len(sq), false
 end
 
 -- s without trailing whitespace (the bytes %s matches).
@@ -134,8 +139,7 @@ local function claims_of(answer)
   local kept = {}
   for i = 1, #out do
     local c = out[i]
-    local sq = squash(c)
-    local n = len(sq)
+    local sq, n = squash(c)
     if n >= 4 then kept[#kept + 1] = { text = trim_end(c), sq = sq, n = n } end
   end
   return kept
@@ -192,11 +196,11 @@ end
 -- Pure: heuristic scores of an answer to a question given the grounding
 -- text (contexts and notices).
 function _M.heuristic(question, grounding, answer)
-  local gsq = squash(grounding)
+  local gsq, _, valid = squash(grounding)
   -- relevance reads the text as it is (invalid UTF-8 bytes included); for
   -- valid UTF-8 that is the squashed text itself
   local gsq_raw = gsq
-  if not len(grounding) then gsq_raw = strip(lower(grounding)) end
+  if not valid then gsq_raw = strip(lower(grounding)) end
   local claims = claims_of(answer)
   -- a claim found word for word is wholly supported; the others' bigrams
   -- are looked up in the grounding's, all in one pass (runtime/codepoints.c)

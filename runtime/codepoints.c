@@ -10,6 +10,9 @@
 **       the character n-gram keys of nodes/lib/intent_model.lua
 **   codepoints.bigram_hits(text, { s, ... }) -> { hits, ... }
 **       per string, how many of its code-point bigrams occur in text
+**   codepoints.fold(s, drop) -> folded, n | nil
+**       valid UTF-8 s with ASCII lower-cased and the bytes of `drop`
+**       deleted, and the code points left; nil when s is not valid UTF-8
 **
 ** A Lua loop pays a call per character (utf8.codes) or a table of all code
 ** points (utf8.codepoint), and a rehash each time its result tables grow;
@@ -172,6 +175,37 @@ static int l_bigram_hits(lua_State *L) {
   return 1;
 }
 
+/* -------------------------------------------------------------- fold */
+
+static int l_fold(lua_State *L) {
+  size_t n, m;
+  const unsigned char *s = (const unsigned char *)luaL_checklstring(L, 1, &n);
+  const unsigned char *drop = (const unsigned char *)luaL_checklstring(L, 2, &m);
+  for (size_t i = 0; i < m; i++)
+    luaL_argcheck(L, drop[i] < 0x80, 2, "bytes to drop must be ASCII");
+  if (!valid(s, n)) {
+    luaL_pushfail(L);
+    return 1;
+  }
+  unsigned char out_of[256];
+  memset(out_of, 0, sizeof out_of);
+  for (size_t i = 0; i < m; i++) out_of[drop[i]] = 1;
+  luaL_Buffer b;
+  char *out = luaL_buffinitsize(L, &b, n);
+  size_t k = 0;
+  lua_Integer chars = 0;
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = s[i];
+    if (out_of[c]) continue;
+    if (c >= 'A' && c <= 'Z') c += 32;
+    if (c < 0x80 || c >= 0xC0) chars++;
+    out[k++] = (char)c;
+  }
+  luaL_pushresultsize(&b, k);
+  lua_pushinteger(L, chars);
+  return 2;
+}
+
 /* ------------------------------------------------------- word n-grams */
 
 #define SHIFT 2097152             /* 2^21: room for any code point */
@@ -279,6 +313,7 @@ int mg_open_codepoints(lua_State *L) {
     {"token_estimate", l_token_estimate},
     {"bigram_hits", l_bigram_hits},
     {"word_ngrams", l_word_ngrams},
+    {"fold", l_fold},
     {NULL, NULL},
   };
   luaL_newlib(L, funcs);

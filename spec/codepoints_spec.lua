@@ -192,3 +192,33 @@ describe("codepoints.word_ngrams", function()
     assert.has_error(function() codepoints.word_ngrams(nil, 1, 3, SEPS) end)
   end)
 end)
+
+describe("codepoints.fold", function()
+  local DROP = " \t\n.,!?-"
+  local pattern = "[" .. DROP:gsub("%p", "%%%0") .. "]"
+
+  it("lower-cases ASCII, drops the bytes given and counts what is left", function()
+    assert.same({ "종이컵abc", 6 }, { codepoints.fold("종이 컵, ABC!", DROP) })
+    assert.same({ "", 0 }, { codepoints.fold(" .. ", DROP) })
+    assert.same({ "가나", 2 }, { codepoints.fold("가나", "") })
+  end)
+
+  it("agrees with lower, gsub and utf8.len over random valid text", function()
+    math.randomseed(31)
+    for _ = 1, 2000 do
+      local s = random_text()
+      local want = s:lower():gsub(pattern, "")
+      assert.same({ want, utf8.len(want) }, { codepoints.fold(s, DROP) })
+    end
+  end)
+
+  it("answers nil for text that is not valid UTF-8", function()
+    assert.is_nil(codepoints.fold("a\255b", DROP))
+    assert.is_nil(codepoints.fold("\237\160\128", DROP))
+  end)
+
+  it("names a bad argument", function()
+    assert.has_error(function() codepoints.fold("x", "\200") end)
+    assert.has_error(function() codepoints.fold(nil, DROP) end)
+  end)
+end)
