@@ -73,3 +73,37 @@ describe("bytes.percent_encode", function()
     assert.has_error(function() bytes.percent_encode(nil) end)
   end)
 end)
+
+describe("bytes.find_any", function()
+  local bytes = require("moongraph.core").bytes
+
+  it("gives the index of the first string of the list found in the text", function()
+    assert.equal(2, bytes.find_any("폐건전지 수거함", { "형광등", "수거함", "건전지" }))
+    assert.equal(1, bytes.find_any("abc", { "", "x" }))
+    assert.is_nil(bytes.find_any("abc", { "abcd", "x.", "%a" }))
+    assert.is_nil(bytes.find_any("abc", {}))
+    assert.equal(1, bytes.find_any("a\0b", { "\0b" }))
+  end)
+
+  it("agrees with plain string.find over random strings", function()
+    math.randomseed(37)
+    for _ = 1, 2000 do
+      local function rnd(n)
+        local t = {}
+        for i = 1, math.random(0, n) do t[i] = string.char(math.random(97, 100)) end
+        return table.concat(t)
+      end
+      local s, list = rnd(12), {}
+      for i = 1, math.random(0, 4) do list[i] = rnd(3) end
+      local want
+      for i, w in ipairs(list) do if s:find(w, 1, true) then want = i; break end end
+      assert.equal(want, bytes.find_any(s, list))
+    end
+  end)
+
+  it("names a bad argument", function()
+    assert.has_error(function() bytes.find_any("x", { "a", 1 }) end,
+      "bad argument #2 to 'find_any' (item 2 is not a string)")
+    assert.has_error(function() bytes.find_any("x") end)
+  end)
+end)
