@@ -10,6 +10,10 @@
 **       the character n-gram keys of nodes/lib/intent_model.lua
 **   codepoints.bigram_hits(text, { s, ... }) -> { hits, ... }
 **       per string, how many of its code-point bigrams occur in text
+**   codepoints.normalize(s, marks) -> normalized | nil
+**       valid UTF-8 s with ASCII lower-cased, every run of ASCII
+**       punctuation, spacing and code points of `marks` made one space,
+**       none at the ends; nil when s is not valid UTF-8
 **   codepoints.fold(s, drop) -> folded, n | nil
 **       valid UTF-8 s with ASCII lower-cased and the bytes of `drop`
 **       deleted, and the code points left; nil when s is not valid UTF-8
@@ -206,6 +210,53 @@ static int l_fold(lua_State *L) {
   return 2;
 }
 
+/* --------------------------------------------------------- normalize */
+
+/* ASCII punctuation and spacing as Lua's %p and %s read them (C locale). */
+static int punct_or_space(unsigned c) {
+  return (c >= 9 && c <= 13) || c == 32 || (c >= 33 && c <= 47) || (c >= 58 && c <= 64) ||
+         (c >= 91 && c <= 96) || (c >= 123 && c <= 126);
+}
+
+static int l_normalize(lua_State *L) {
+  size_t n, m;
+  const unsigned char *s = (const unsigned char *)luaL_checklstring(L, 1, &n);
+  const unsigned char *marks = (const unsigned char *)luaL_checklstring(L, 2, &m);
+  int32_t mark[64];
+  size_t nmarks = 0;
+  for (size_t i = 0, len; i < m; i += len) {
+    int32_t c = decode(marks, m, i, &len);
+    luaL_argcheck(L, c >= 0, 2, "marks are not valid UTF-8");
+    luaL_argcheck(L, nmarks < sizeof mark / sizeof mark[0], 2, "at most 64 marks");
+    mark[nmarks++] = c;
+  }
+  if (!valid(s, n)) {
+    luaL_pushfail(L);
+    return 1;
+  }
+  luaL_Buffer b;
+  char *out = luaL_buffinitsize(L, &b, n);
+  size_t k = 0;
+  int gap = 0;                    /* a run to stand for by one space */
+  for (size_t i = 0, len; i < n; i += len) {
+    int32_t c = decode(s, n, i, &len);
+    int space = c < 128 ? punct_or_space((unsigned)c) : 0;
+    for (size_t j = 0; !space && c >= 128 && j < nmarks; j++) space = mark[j] == c;
+    if (space) {
+      gap = 1;
+      continue;
+    }
+    if (gap && k > 0) out[k++] = ' ';
+    gap = 0;
+    if (c >= 'A' && c <= 'Z') c += 32;
+    memcpy(out + k, s + i, len);
+    if (len == 1) out[k] = (char)c;
+    k += len;
+  }
+  luaL_pushresultsize(&b, k);
+  return 1;
+}
+
 /* ------------------------------------------------------- word n-grams */
 
 #define SHIFT 2097152             /* 2^21: room for any code point */
@@ -314,6 +365,7 @@ int mg_open_codepoints(lua_State *L) {
     {"bigram_hits", l_bigram_hits},
     {"word_ngrams", l_word_ngrams},
     {"fold", l_fold},
+    {"normalize", l_normalize},
     {NULL, NULL},
   };
   luaL_newlib(L, funcs);

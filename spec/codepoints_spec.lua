@@ -222,3 +222,38 @@ describe("codepoints.fold", function()
     assert.has_error(function() codepoints.fold(nil, DROP) end)
   end)
 end)
+
+describe("codepoints.normalize", function()
+  local MARKS = "，。？·…"
+  -- nodes/lib/korean.lua's normalisation of valid UTF-8, with patterns
+  local function reference(s)
+    local wide = {}
+    for _, c in utf8.codes(MARKS) do wide[utf8.char(c)] = " " end
+    s = s:lower():gsub(utf8.charpattern, function(ch) return wide[ch] end)
+    s = s:gsub("[%p%s]+", " ")
+    if s:byte(1) == 32 then s = s:sub(2) end
+    if s:byte(-1) == 32 then s = s:sub(1, -2) end
+    return s
+  end
+
+  it("lower-cases, makes punctuation runs one space and trims the ends", function()
+    assert.equal("깨진 유리 어떻게 버려", codepoints.normalize("  깨진   유리, 어떻게 버려?! ", MARKS))
+    assert.equal("pet병 종이 캔", codepoints.normalize("PET병·종이，캔。", MARKS))
+    assert.equal("", codepoints.normalize(" ?! ", MARKS))
+    assert.equal("가", codepoints.normalize("가", ""))
+  end)
+
+  it("agrees with the patterns over random valid text", function()
+    math.randomseed(43)
+    for _ = 1, 3000 do
+      local s = random_text()
+      assert.equal(reference(s), codepoints.normalize(s, MARKS), s)
+    end
+  end)
+
+  it("answers nil for text that is not valid UTF-8, and names a bad argument", function()
+    assert.is_nil(codepoints.normalize("a\255", MARKS))
+    assert.has_error(function() codepoints.normalize("a", "\255") end)
+    assert.has_error(function() codepoints.normalize(nil, MARKS) end)
+  end)
+end)

@@ -6,6 +6,7 @@ local ulen, codes, find, sub, byte = utf8.len, utf8.codes, string.find, string.s
 
 local delete_bytes = require("moongraph.text").delete_bytes
 local find_any = require("moongraph.core").bytes.find_any
+local normalize_valid = require("moongraph.core").codepoints.normalize
 
 local _M = {}
 
@@ -68,7 +69,14 @@ end
 -- A character led by a byte that starts one of those marks (never Hangul)
 local WIDE_CANDIDATE = "[\194\226\227\239][\128-\191]+"
 
+-- The marks as one string, for the one pass in C that normalizes valid UTF-8.
+local WIDE_MARKS = {}
+for p in pairs(WIDE_PUNCTUATION) do WIDE_MARKS[#WIDE_MARKS + 1] = p end
+WIDE_MARKS = table.concat(WIDE_MARKS)
+
 local function normalize(s)
+  local done = normalize_valid(s, WIDE_MARKS)
+  if done then return done end
   s = _M.sanitize(s):lower():gsub(WIDE_CANDIDATE, WIDE_PUNCTUATION)
   -- punctuation and spacing, run by run, to one space; none at the ends
   s = s:gsub("[%p%s]+", " ")
