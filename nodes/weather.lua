@@ -105,6 +105,15 @@ end
 
 local function hour_label(t) return tonumber(t:sub(1, 2)) .. "시" end
 
+-- A slot for the categories of one forecast hour. The constructor names
+-- KMA's categories (nil until read) so that the table is made with room
+-- for them: filling it does not grow it again and again.
+local function new_slot(date, time)
+  return { date = date, time = time,
+           TMP = nil, UUU = nil, VVV = nil, VEC = nil, WSD = nil, SKY = nil, PTY = nil,
+           POP = nil, WAV = nil, PCP = nil, REH = nil, SNO = nil, TMN = nil, TMX = nil }
+end
+
 -- A forecast value as text: strings as sent, numbers as strings, anything
 -- else (JSON null) absent.
 local function value(v)
@@ -154,7 +163,7 @@ function _M.summarize_items(items, now_epoch)
           if key >= now_key then
             slot = by_slot[key]
             if not slot and (date == today or first_key == nil or key < first_key) then
-              slot = { date = date, time = time }
+              slot = new_slot(date, time)
               by_slot[key] = slot
               keys[#keys + 1] = key
             end
