@@ -356,9 +356,8 @@ end
 local function top_of(model, text, memo)
   local t = memo and memo[text]
   if t then return t end
-  local probs, ranked, known = model:predict(text)
-  t = { probs = probs, ranked = ranked, known = known,
-        intent = ranked[1].intent, p = ranked[1].p }
+  local ps, best, known = model:probabilities(text)
+  t = { ps = ps, known = known, intent = model.labels[best], p = ps[best] }
   if memo then memo[text] = t end
   return t
 end
@@ -471,12 +470,15 @@ local function offline(message, opts, mi)
     primary_text = kept[1].text
   end
   local top = top_of(model, primary_text, memo)
+  -- its probability of every label, by name
+  local probs = {}
+  for j, c in ipairs(model.labels) do probs[c] = top.ps[j] end
 
   -- transition boost on every candidate, then the choice
   local boosts = boosts_from(opts.rules.transitions, opts.prev_intent)
   local boosted, best, best_score = {}, nil, -math.huge
   for _, c in ipairs(_M.INTENTS) do
-    local s = top.probs[c] + (boosts[c] or 0)
+    local s = probs[c] + (boosts[c] or 0)
     boosted[c] = s
     if s > best_score or (s == best_score and c < best) then best, best_score = c, s end
   end
@@ -507,12 +509,12 @@ local function offline(message, opts, mi)
   end
 
   local kw = _M.keyword_adjustment(message, intent, opts.rules.keyword_map)
-  local base = top.probs[intent]
+  local base = probs[intent]
   local boost = boosts[intent] or 0
   local confidence = clamp01(base + boost + kw.delta)
 
   local scores = {}
-  for _, c in ipairs(_M.INTENTS) do scores[c] = round(top.probs[c]) end
+  for _, c in ipairs(_M.INTENTS) do scores[c] = round(probs[c]) end
   local clause_info = {}
   for i, cl in ipairs(clauses) do
     clause_info[i] = { text = cl.text, intent = cl.intent, p = round(cl.p),

@@ -347,6 +347,23 @@ function _M.scores(self, text)
   return s, n
 end
 
+-- Calibrated probabilities of a text as an array in label order, the index
+-- of the best label (of equal ones, the name that sorts first) and how
+-- many of the text's features the model knows: predict() without a table
+-- per label.
+function _M.probabilities(self, text)
+  if type(text) ~= "string" then
+    error("bad argument #1 to 'probabilities': expected a string, got " .. type(text), 2)
+  end
+  local s, known = self:scores(text)
+  local p = softmax(s, self.temperature)
+  local labels, best = self.labels, 1
+  for j = 2, #p do
+    if p[j] > p[best] or (p[j] == p[best] and labels[j] < labels[best]) then best = j end
+  end
+  return p, best, known
+end
+
 -- Calibrated probabilities of a text: returns probs {label = p}, the labels
 -- ranked best first {{intent=, p=}, ...}, and how many of the text's
 -- features the model knows.
