@@ -67,10 +67,11 @@ end
 
 local POW10 = { [2] = 10 ^ 2, [4] = 10 ^ 4 }
 
+-- (floor division by 1 is math.floor without a call)
 local function round(x, digits)
   digits = digits or 4
   local m = POW10[digits] or 10 ^ digits
-  return math.floor(x * m + 0.5) / m
+  return (x * m + 0.5) // 1 / m
 end
 
 ------------------------------------------------------------------------
@@ -151,6 +152,31 @@ end
 -- Keyword calibration and transition boosts
 ------------------------------------------------------------------------
 
+-- Views of the rule lists made once per list (rules are data that do not
+-- change between messages; a list that grows or shrinks is read again):
+-- view(list) -> the view made by make(list), or of an empty list.
+local EMPTY = {}
+local function list_view(make)
+  local views = setmetatable({}, { __mode = "k" })
+  return function(list)
+    list = list or EMPTY
+    local v = views[list]
+    if not v or v.n ~= #list then
+      v = make(list)
+      v.n = #list
+      views[list] = v
+    end
+    return v
+  end
+end
+
+-- the words of a list lower-cased (made once per list, see list_view)
+local lowered_words = list_view(function(list)
+  local out = {}
+  for i = 1, #list do out[i] = lower(list[i]) end
+  return { words = out }
+end)
+
 -- Keywords of `intent` found in the message, and the confidence delta.
 function _M.keyword_adjustment(message, intent, keyword_map)
   if type(keyword_map) ~= "table" then
@@ -158,8 +184,10 @@ function _M.keyword_adjustment(message, intent, keyword_map)
   end
   local text = lower(message)
   local matched = {}
-  for _, kw in ipairs(keyword_map[intent] or {}) do
-    if find(text, lower(kw), 1, true) then matched[#matched + 1] = kw end
+  local list = keyword_map[intent]
+  local lowered = lowered_words(list).words
+  for i = 1, #lowered do
+    if find(text, lowered[i], 1, true) then matched[#matched + 1] = list[i] end
   end
   local delta
   if #matched == 0 then
@@ -183,24 +211,6 @@ end
 
 local function ends_with(word, suffix)
   return #word > #suffix and sub(word, -#suffix) == suffix
-end
-
--- Views of the rule lists made once per list (rules are data that do not
--- change between messages; a list that grows or shrinks is read again):
--- view(list) -> the view made by make(list), or of an empty list.
-local EMPTY = {}
-local function list_view(make)
-  local views = setmetatable({}, { __mode = "k" })
-  return function(list)
-    list = list or EMPTY
-    local v = views[list]
-    if not v or v.n ~= #list then
-      v = make(list)
-      v.n = #list
-      views[list] = v
-    end
-    return v
-  end
 end
 
 -- the words of a list as a set
