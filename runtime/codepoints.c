@@ -31,7 +31,7 @@
 
 /* The code point at s[i] (n bytes in all) and its length in *len, or -1
 ** (and *len = 1) when no valid character starts there. */
-static int32_t decode(const unsigned char *s, size_t n, size_t i, size_t *len) {
+static inline int32_t decode(const unsigned char *s, size_t n, size_t i, size_t *len) {
   unsigned c = s[i];
   *len = 1;
   if (c < 0x80) return (int32_t)c;
