@@ -74,7 +74,7 @@ end
 -- template names a value the node does not have).
 function _M.messages(state, system, examples)
   local sections = turn.sections(state)
-  local notices = turn.notices(state)
+  local notices = turn.notices(state, sections)
   local summary = type(state.summary) == "table" and state.summary.text or nil
   local system_text, err = prompts.render(system, {
     summary = summary and ("\n이전 대화 요약:\n" .. summary) or "",
@@ -109,9 +109,10 @@ function _M.messages(state, system, examples)
 end
 
 -- Pure: the extractive answer's lines (header, sections, notices).
-function _M.offline_lines(state, header)
+-- sections: turn.sections(state) when the caller has them already.
+function _M.offline_lines(state, header, sections)
   local lines = { header or _M.offline_header }
-  local sections = turn.sections(state)
+  sections = sections or turn.sections(state)
   for _, s in ipairs(sections) do
     lines[#lines + 1] = ""
     lines[#lines + 1] = "■ " .. s.heading
@@ -178,7 +179,8 @@ end
 
 function _M.run(state, ctx)
   local parts, out = emitter(ctx)
-  local notices = turn.notices(state)
+  local sections = turn.sections(state)
+  local notices = turn.notices(state, sections)
   local contexts = type(state.contexts) == "table" and state.contexts or {}
   local source
   local llm = ctx and ctx.config and ctx.config.llm
@@ -194,11 +196,11 @@ function _M.run(state, ctx)
       out("\n(응답 생성이 중단되었습니다: " .. err .. ")")
     else
       source = "offline"
-      stream_lines(out, _M.offline_lines(state, _M.fallback_header .. " (" .. err .. ")."), true)
+      stream_lines(out, _M.offline_lines(state, _M.fallback_header .. " (" .. err .. ").", sections), true)
     end
   else
     source = "offline"
-    stream_lines(out, _M.offline_lines(state), true)
+    stream_lines(out, _M.offline_lines(state, nil, sections), true)
   end
   footer(out, notices)
   local answer = concat(parts)

@@ -28,10 +28,9 @@ function _M.detect(message)
   local doc = sample()
   local items, seen = {}, {}
   for _, f in ipairs(doc.fees) do
-    if not seen[f.item] then
-      for _, a in ipairs(f.aliases) do
-        if asked:mentions(a) then seen[f.item] = true; items[#items + 1] = f.item; break end
-      end
+    if not seen[f.item] and asked:mentions_any(f.aliases) then
+      seen[f.item] = true
+      items[#items + 1] = f.item
     end
   end
   local appliances = {}

@@ -31,9 +31,7 @@ function _M.detect(message)
   local types = sample().types
   local out = {}
   for _, t in ipairs(_M.type_order) do
-    for _, k in ipairs(types[t].keywords) do
-      if asked:mentions(k) then out[#out + 1] = t; break end
-    end
+    if asked:mentions_any(types[t].keywords) then out[#out + 1] = t end
   end
   return out
 end

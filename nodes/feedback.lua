@@ -30,6 +30,8 @@ local korean = require "nodes.lib.korean"
 local turn = require "nodes.lib.turn"
 local prompts = require "moongraph.prompt"
 local delete_bytes = require("moongraph.text").delete_bytes
+local bigram_hits = require("moongraph.core").codepoints.bigram_hits
+local fold = require("moongraph.core").codepoints.fold
 
 local type, ipairs, tostring, tonumber, concat = type, ipairs, tostring, tonumber, table.concat
 local floor, lower = math.floor, string.lower
@@ -46,7 +48,7 @@ _M.dimensions = { "faithfulness", "groundedness", "context_relevance", "answer_r
 
 local function round(x) return floor(x * 1000 + 0.5) / 1000 end
 
-local codes, len = utf8.codes, utf8.len
+local len = utf8.len
 
 -- The bytes gsub(s, "[%s%p]+", "") deletes (ASCII spaces and punctuation),
 -- taken from the pattern itself so the two agree byte for byte.
@@ -62,9 +64,13 @@ local function strip(s)
   return delete_bytes(s, SPACE_PUNCT)
 end
 
--- The text units of a text as one string (see above).
+-- The text units of a text as one string (see above), how many there are,
+-- and whether the text was valid UTF-8 (one pass in C when it is).
 local function squash(text)
-  return strip(lower(korean.sanitize(text)))
+  local sq, n = fold(text, SPACE_PUNCT)
+  if sq then return sq, n, true end
+  sq = strip(lower(korean.sanitize(text)))
+  return sq, len(sq), false
 end
 
 -- s without trailing whitespace (the bytes %s matches).
@@ -73,26 +79,6 @@ local function trim_end(s)
   local e = #s
   while e > 0 and SPACE[byte(s, e)] do e = e - 1 end
   return e == #s and s or sub(s, 1, e)
-end
-
--- Bigrams of a squashed text, each an integer key; adds them to `set` when
--- given and returns them as a list.
-local function grams_of(sq, set)
-  local out, n, prev = {}, 0, nil
-  for _, c in codes(sq) do
-    if prev then
-      local g = prev * 0x110000 + c
-      n = n + 1
-      out[n] = g
-      if set then set[g] = true end
-    end
-    prev = c
-  end
-  return out
-end
-
-function _M.grams(text, set)
-  return grams_of(squash(text), set)
 end
 
 -- The first sentence mark (".", "!" or "?") at or after `from`, or nil.
@@ -105,10 +91,10 @@ local function next_mark(line, from)
   return a
 end
 
--- Sentences of a line: cut after a run of sentence marks followed by
--- spaces (the pattern "[%.!?]+%s+"); marks inside a word ("1.5km") stay.
-local function split_sentences(line, out)
-  local from = 1
+-- Sentences of line from byte `from` on: cut after a run of sentence marks
+-- followed by spaces (the pattern "[%.!?]+%s+"), the sentence keeping the
+-- run's first mark; marks inside a word ("1.5km") stay.
+local function split_sentences(line, from, out)
   local at = from
   while true do
     local m = next_mark(line, at)
@@ -125,7 +111,13 @@ local function split_sentences(line, out)
   if from <= #line then out[#out + 1] = sub(line, from) end
 end
 
+-- The first bytes of the lines that are not claims: headings ("■ ..."),
+-- labels ("[...]") and notices ("※ ...").
+local HEADING, NOTICE = "■", "※"
+
 -- The claims of an answer with their units: { {text, sq, n = units}, ... }.
+-- A line's leading spaces, bullet ("-", "*", a byte of "•") and number
+-- ("1." or "1)") are not part of its first sentence.
 local function claims_of(answer)
   local out = {}
   local pos, size = 1, #answer
@@ -133,17 +125,21 @@ local function claims_of(answer)
     local nl = find(answer, "\n", pos, true)
     local line = sub(answer, pos, (nl or size + 1) - 1)
     pos = (nl or size + 1) + 1
-    local l = line:gsub("^%s+", "")
-    if l ~= "" and not l:find("^■") and not l:find("^%[") and not l:find("^※") then
-      l = l:gsub("^[%-%*•]%s*", ""):gsub("^%d+[%.%)]%s*", "")
-      split_sentences(l, out)
+    local at = find(line, "%S")
+    local b = at and byte(line, at)
+    if b and b ~= 91 and not (b == 0xE2 and (find(line, HEADING, at, true) == at
+                                             or find(line, NOTICE, at, true) == at)) then
+      local _, e = find(line, "^[%-%*•]%s*", at)
+      if e then at = e + 1 end
+      _, e = find(line, "^%d+[%.%)]%s*", at)
+      if e then at = e + 1 end
+      split_sentences(line, at, out)
     end
   end
   local kept = {}
   for i = 1, #out do
     local c = out[i]
-    local sq = squash(c)
-    local n = len(sq)
+    local sq, n = squash(c)
     if n >= 4 then kept[#kept + 1] = { text = trim_end(c), sq = sq, n = n } end
   end
   return kept
@@ -200,27 +196,30 @@ end
 -- Pure: heuristic scores of an answer to a question given the grounding
 -- text (contexts and notices).
 function _M.heuristic(question, grounding, answer)
-  local gsq = squash(grounding)
+  local gsq, _, valid = squash(grounding)
   -- relevance reads the text as it is (invalid UTF-8 bytes included); for
   -- valid UTF-8 that is the squashed text itself
   local gsq_raw = gsq
-  if not len(grounding) then gsq_raw = strip(lower(grounding)) end
-  local ctx_grams = nil     -- built when a claim is not in the grounding word for word
+  if not valid then gsq_raw = strip(lower(grounding)) end
   local claims = claims_of(answer)
-  local supported_claims, supported, total = 0, 0, 0
-  for _, c in ipairs(claims) do
-    local nb = c.n - 1
-    local hit
+  -- a claim found word for word is wholly supported; the others' bigrams
+  -- are looked up in the grounding's, all in one pass (runtime/codepoints.c)
+  local hits, rest, at = {}, {}, {}
+  for i, c in ipairs(claims) do
     if gsq:find(c.sq, 1, true) then
-      hit = nb
+      hits[i] = c.n - 1
     else
-      if not ctx_grams then ctx_grams = {}; grams_of(gsq, ctx_grams) end
-      hit = 0
-      local gs = grams_of(c.sq)
-      for i = 1, #gs do
-        if ctx_grams[gs[i]] then hit = hit + 1 end
-      end
+      rest[#rest + 1], at[#at + 1] = c.sq, i
     end
+  end
+  if #rest > 0 then
+    local found = bigram_hits(gsq, rest)
+    for k, i in ipairs(at) do hits[i] = found[k] end
+  end
+  local supported_claims, supported, total = 0, 0, 0
+  for i, c in ipairs(claims) do
+    local nb = c.n - 1
+    local hit = hits[i]
     supported, total = supported + hit, total + nb
     if hit / nb >= _M.min_support then supported_claims = supported_claims + 1 end
   end
@@ -238,12 +237,13 @@ end
 -- The grounding text of a state: its usable contexts, clarify's text and
 -- the notices.
 function _M.grounding(state)
-  local parts = { turn.render(turn.sections(state)) }
+  local sections = turn.sections(state)
+  local parts = { turn.render(sections) }
   local contexts = type(state.contexts) == "table" and state.contexts or {}
   if type(contexts.clarify) == "table" and type(contexts.clarify.text) == "string" then
     parts[#parts + 1] = contexts.clarify.text
   end
-  for _, l in ipairs(turn.notices(state)) do parts[#parts + 1] = l end
+  for _, l in ipairs(turn.notices(state, sections)) do parts[#parts + 1] = l end
   return concat(parts, "\n")
 end
 

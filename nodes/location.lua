@@ -23,9 +23,7 @@ local _M = {
 function _M.search_target(message)
   local asked = korean.matcher(message)
   for _, r in ipairs(rules.rules) do
-    for _, w in ipairs(r.words) do
-      if asked:mentions(w) then return r.query, r.category end
-    end
+    if asked:mentions_any(r.words) then return r.query, r.category end
   end
   return rules.default.query, rules.default.category
 end

@@ -25,9 +25,7 @@ function _M.detect(message)
   local asked = korean.matcher(message)
   local out = {}
   for _, p in ipairs(sample().prices) do
-    for _, a in ipairs(p.aliases) do
-      if asked:mentions(a) then out[#out + 1] = p; break end
-    end
+    if asked:mentions_any(p.aliases) then out[#out + 1] = p end
   end
   return out
 end

@@ -105,6 +105,22 @@ end
 
 local function hour_label(t) return tonumber(t:sub(1, 2)) .. "시" end
 
+-- A slot for the categories of one forecast hour. The constructor names
+-- KMA's categories (nil until read) so that the table is made with room
+-- for them: filling it does not grow it again and again.
+local function new_slot(date, time)
+  return { date = date, time = time,
+           TMP = nil, UUU = nil, VVV = nil, VEC = nil, WSD = nil, SKY = nil, PTY = nil,
+           POP = nil, WAV = nil, PCP = nil, REH = nil, SNO = nil, TMN = nil, TMX = nil }
+end
+
+-- A forecast value as text: strings as sent, numbers as strings, anything
+-- else (JSON null) absent.
+local function value(v)
+  if type(v) == "string" then return v end
+  return str(v)
+end
+
 -- Pure: forecast items + the current time -> summary table:
 -- { slot = {date, time, TMP, SKY, PTY, POP}, today = {max_pop, min_tmp, max_tmp,
 --   rain_from, snow}, conditions = {rain=bool,...}, tips = {...} }.
@@ -122,12 +138,20 @@ function _M.summarize_items(items, now_epoch)
   -- same date and time share the previous item's key and slot
   local none = {}
   local last_date, last_time, slot = none, none, nil
+  -- whether a category value names a field (a string or a number), for the
+  -- dozen categories that repeat through the items
+  local is_field = {}
   for i = 1, #items do
     local it = items[i]
     if type(it) == "table" then
       local cat = it.category
-      local tc = type(cat)
-      if tc == "string" or tc == "number" then
+      local ok = is_field[cat]
+      if ok == nil then
+        local tc = type(cat)
+        ok = tc == "string" or tc == "number"
+        if cat ~= nil and cat == cat then is_field[cat] = ok end
+      end
+      if ok then
         local rdate, rtime = it.fcstDate, it.fcstTime
         if rdate ~= last_date or rtime ~= last_time then
           -- (only strings are remembered: 1500 == 1500.0, yet they differ as text)
@@ -139,7 +163,7 @@ function _M.summarize_items(items, now_epoch)
           if key >= now_key then
             slot = by_slot[key]
             if not slot and (date == today or first_key == nil or key < first_key) then
-              slot = { date = date, time = time }
+              slot = new_slot(date, time)
               by_slot[key] = slot
               keys[#keys + 1] = key
             end
@@ -148,11 +172,8 @@ function _M.summarize_items(items, now_epoch)
             slot = nil
           end
         end
-        if slot then
-          local v = it.fcstValue
-          if type(v) ~= "string" then v = str(v) end
-          slot[cat] = v
-        end
+        -- the value as sent: made text (value()) where it is read
+        if slot then slot[cat] = it.fcstValue end
       end
     end
   end
@@ -161,18 +182,20 @@ function _M.summarize_items(items, now_epoch)
     error("weather: the forecast has no time slot at or after " .. now_key, 0)
   end
   local slot = by_slot[keys[1]]
+  for k, v in pairs(slot) do slot[k] = value(v) end
   local t = tips.thresholds
   local day = { max_pop = nil, min_tmp = nil, max_tmp = nil }
   for _, k in ipairs(keys) do
     local s = by_slot[k]
-    if s.date == today then
-      local pop, tmp, pty = tonumber(s.POP), tonumber(s.TMP), s.PTY
+    if value(s.date) == today then
+      local pty = value(s.PTY)
+      local pop, tmp = tonumber(value(s.POP)), tonumber(value(s.TMP))
       if pop and (not day.max_pop or pop > day.max_pop) then day.max_pop = pop end
       if tmp and (not day.min_tmp or tmp < day.min_tmp) then day.min_tmp = tmp end
       if tmp and (not day.max_tmp or tmp > day.max_tmp) then day.max_tmp = tmp end
       local wet = (pty == "1" or pty == "2" or pty == "4") or (pop and pop >= t.rain_pop)
-      if wet and not day.rain_from then day.rain_from = s.time end
-      if pty == "3" and not day.snow_from then day.snow_from = s.time end
+      if wet and not day.rain_from then day.rain_from = value(s.time) end
+      if pty == "3" and not day.snow_from then day.snow_from = value(s.time) end
     end
   end
   local cond = {

@@ -50,6 +50,7 @@ int luaopen_moongraph_core(lua_State *L) {
     {"process", mg_open_process},
     {"json", mg_open_json},
     {"bytes", mg_open_bytes},
+    {"codepoints", mg_open_codepoints},
     {"server", mg_open_server},
   };
   lua_newtable(L);

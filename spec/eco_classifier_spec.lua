@@ -95,6 +95,18 @@ describe("eco classifier", function()
       for i = 2, #ranked do assert.is_true(ranked[i - 1].p >= ranked[i].p) end
     end)
 
+    it("gives the same probabilities and best label without the ranked tables", function()
+      for _, text in ipairs({ "페트병 라벨 떼고 버려?", "냉장고", "👍", "그럼 그건?", "" }) do
+        local probs, ranked, known = model:predict(text)
+        local ps, best, known2 = model:probabilities(text)
+        assert.equal(known, known2)
+        assert.equal(ranked[1].intent, model.labels[best])
+        for j, c in ipairs(model.labels) do assert.equal(probs[c], ps[j]) end
+      end
+      assert.has_error(function() model:probabilities(nil) end,
+        "bad argument #1 to 'probabilities': expected a string, got nil")
+    end)
+
     it("is less sure of a vague message than of a clear one", function()
       local _, vague = model:predict("그럼 그건?")
       local _, clear = model:predict("폐건전지 수거함 어디 있어?")

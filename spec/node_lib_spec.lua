@@ -43,6 +43,32 @@ describe("nodes.lib.korean", function()
     assert.are.same({}, texts(korean.content_tokens("어디에 버려요?")))
   end)
 
+  it("tells whether a question mentions a word, or any word of a list", function()
+    local asked = korean.matcher("의류 수거함이랑 옷은 어디에?")
+    assert.is_true(asked:mentions("의류수거함"))
+    assert.is_true(asked:mentions("옷"))
+    assert.is_false(asked:mentions("약"))
+    assert.is_true(asked:mentions_any({ "약", "폐건전지", "옷" }))
+    assert.is_true(asked:mentions_any({ "건전지", "의류 수거함" }))
+    assert.is_false(asked:mentions_any({ "약", "건전지", "", "옷걸이" }))
+    assert.is_false(asked:mentions_any({}))
+    -- a list that grows is read again
+    local words = { "건전지" }
+    assert.is_false(asked:mentions_any(words))
+    words[2] = "수거함"
+    assert.is_true(asked:mentions_any(words))
+    -- the same answers as mentions() word by word
+    local list = { "옷", "약", "의류", "수거", "함이", "어디", "에?", "PET", "x" }
+    for _, q in ipairs({ "옷걸이 버려", "약 봉투", "PET병 의류", "어디에? 함이" }) do
+      local m = korean.matcher(q)
+      for i = 1, #list do
+        local one = false
+        for j = 1, i do one = one or m:mentions(list[j]) end
+        assert.equal(one, m:mentions_any({ table.unpack(list, 1, i) }), q)
+      end
+    end
+  end)
+
   it("scores bigram similarity for spelling variants", function()
     assert.are.equal(1, korean.similarity("스티로폼", "스티로폼"))
     assert.is_true(korean.similarity("스티로폴", "스티로폼") >= 0.6)

@@ -40,7 +40,7 @@ local prompts = require "moongraph.prompt"
 local type, ipairs, pairs, error, pcall, tostring, tonumber =
   type, ipairs, pairs, error, pcall, tostring, tonumber
 local concat, sort = table.concat, table.sort
-local find, sub, lower, gsub = string.find, string.sub, string.lower, string.gsub
+local find, sub, lower, gsub, byte = string.find, string.sub, string.lower, string.gsub, string.byte
 local min, max = math.min, math.max
 
 local _M = {}
@@ -67,10 +67,11 @@ end
 
 local POW10 = { [2] = 10 ^ 2, [4] = 10 ^ 4 }
 
+-- (floor division by 1 is math.floor without a call)
 local function round(x, digits)
   digits = digits or 4
   local m = POW10[digits] or 10 ^ digits
-  return math.floor(x * m + 0.5) / m
+  return (x * m + 0.5) // 1 / m
 end
 
 ------------------------------------------------------------------------
@@ -151,6 +152,31 @@ end
 -- Keyword calibration and transition boosts
 ------------------------------------------------------------------------
 
+-- Views of the rule lists made once per list (rules are data that do not
+-- change between messages; a list that grows or shrinks is read again):
+-- view(list) -> the view made by make(list), or of an empty list.
+local EMPTY = {}
+local function list_view(make)
+  local views = setmetatable({}, { __mode = "k" })
+  return function(list)
+    list = list or EMPTY
+    local v = views[list]
+    if not v or v.n ~= #list then
+      v = make(list)
+      v.n = #list
+      views[list] = v
+    end
+    return v
+  end
+end
+
+-- the words of a list lower-cased (made once per list, see list_view)
+local lowered_words = list_view(function(list)
+  local out = {}
+  for i = 1, #list do out[i] = lower(list[i]) end
+  return { words = out }
+end)
+
 -- Keywords of `intent` found in the message, and the confidence delta.
 function _M.keyword_adjustment(message, intent, keyword_map)
   if type(keyword_map) ~= "table" then
@@ -158,8 +184,10 @@ function _M.keyword_adjustment(message, intent, keyword_map)
   end
   local text = lower(message)
   local matched = {}
-  for _, kw in ipairs(keyword_map[intent] or {}) do
-    if find(text, lower(kw), 1, true) then matched[#matched + 1] = kw end
+  local list = keyword_map[intent]
+  local lowered = lowered_words(list).words
+  for i = 1, #lowered do
+    if find(text, lowered[i], 1, true) then matched[#matched + 1] = list[i] end
   end
   local delta
   if #matched == 0 then
@@ -185,10 +213,37 @@ local function ends_with(word, suffix)
   return #word > #suffix and sub(word, -#suffix) == suffix
 end
 
-local function set_of(list)
+-- the words of a list as a set
+local set_of = list_view(function(list)
   local s = {}
-  for _, v in ipairs(list or {}) do s[v] = true end
-  return s
+  for _, w in ipairs(list) do s[w] = true end
+  return { set = s }
+end)
+
+-- the non-empty suffixes of a list by their last byte, in list order, so a
+-- word is compared only with those that can end it
+local suffixes_ending = list_view(function(list)
+  local by = {}
+  for _, suf in ipairs(list) do
+    if suf ~= "" then
+      local b = byte(suf, -1)
+      local l = by[b]
+      if not l then l = {}; by[b] = l end
+      l[#l + 1] = suf
+    end
+  end
+  return { by = by }
+end)
+
+-- The first suffix of `list` (suffixes_ending view) that ends word and
+-- leaves something before it, or nil.
+local function suffix_of(word, view)
+  local cands = view.by[byte(word, -1)]
+  if not cands then return nil end
+  for i = 1, #cands do
+    if ends_with(word, cands[i]) then return cands[i] end
+  end
+  return nil
 end
 
 -- Cut a message into clauses at the markers of multi_intent.lua, undoing
@@ -215,7 +270,9 @@ function _M.split(message, mi)
   for _, m in ipairs(mi.list_marks or {}) do
     if find(text, m, 1, true) then text = gsub(text, m:gsub("%p", "%%%0"), " \1L ") end
   end
-  local conj = set_of(mi.conjunction_words)
+  local conj = set_of(mi.conjunction_words).set
+  local particles = suffixes_ending(mi.particle_suffixes)
+  local verbs = suffixes_ending(mi.verb_suffixes)
 
   -- raw segments; a segment records the words as written and as used for
   -- classification (joining particles dropped)
@@ -239,19 +296,11 @@ function _M.split(message, mi)
       cut("conjunction")
     else
       local kind, stripped
-      for _, suf in ipairs(mi.particle_suffixes or {}) do
-        if ends_with(tok, suf) then
-          kind, stripped = "particle", sub(tok, 1, #tok - #suf)
-          break
-        end
-      end
-      if not kind then
-        for _, suf in ipairs(mi.verb_suffixes or {}) do
-          if ends_with(tok, suf) then
-            kind, stripped = "verb", tok
-            break
-          end
-        end
+      local suf = suffix_of(tok, particles)
+      if suf then
+        kind, stripped = "particle", sub(tok, 1, #tok - #suf)
+      elseif suffix_of(tok, verbs) then
+        kind, stripped = "verb", tok
       end
       cur.words[#cur.words + 1] = tok
       cur.plain[#cur.plain + 1] = stripped or tok
@@ -317,9 +366,8 @@ end
 local function top_of(model, text, memo)
   local t = memo and memo[text]
   if t then return t end
-  local probs, ranked, known = model:predict(text)
-  t = { probs = probs, ranked = ranked, known = known,
-        intent = ranked[1].intent, p = ranked[1].p }
+  local ps, best, known = model:probabilities(text)
+  t = { ps = ps, known = known, intent = model.labels[best], p = ps[best] }
   if memo then memo[text] = t end
   return t
 end
@@ -432,12 +480,15 @@ local function offline(message, opts, mi)
     primary_text = kept[1].text
   end
   local top = top_of(model, primary_text, memo)
+  -- its probability of every label, by name
+  local probs = {}
+  for j, c in ipairs(model.labels) do probs[c] = top.ps[j] end
 
   -- transition boost on every candidate, then the choice
   local boosts = boosts_from(opts.rules.transitions, opts.prev_intent)
   local boosted, best, best_score = {}, nil, -math.huge
   for _, c in ipairs(_M.INTENTS) do
-    local s = top.probs[c] + (boosts[c] or 0)
+    local s = probs[c] + (boosts[c] or 0)
     boosted[c] = s
     if s > best_score or (s == best_score and c < best) then best, best_score = c, s end
   end
@@ -468,12 +519,12 @@ local function offline(message, opts, mi)
   end
 
   local kw = _M.keyword_adjustment(message, intent, opts.rules.keyword_map)
-  local base = top.probs[intent]
+  local base = probs[intent]
   local boost = boosts[intent] or 0
   local confidence = clamp01(base + boost + kw.delta)
 
   local scores = {}
-  for _, c in ipairs(_M.INTENTS) do scores[c] = round(top.probs[c]) end
+  for _, c in ipairs(_M.INTENTS) do scores[c] = round(probs[c]) end
   local clause_info = {}
   for i, cl in ipairs(clauses) do
     clause_info[i] = { text = cl.text, intent = cl.intent, p = round(cl.p),

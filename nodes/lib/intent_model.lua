@@ -22,9 +22,9 @@
 local cjson = require "cjson"
 local paths = require "moongraph.paths"
 local filecache = require "moongraph.filecache"
+local word_ngrams = require("moongraph.core").codepoints.word_ngrams
 
-local codes, uchar, ulen, codepoint = utf8.codes, utf8.char, utf8.len, utf8.codepoint
-local sub = string.sub
+local uchar = utf8.char
 local concat, sort = table.concat, table.sort
 local log, exp, huge = math.log, math.exp, math.huge
 local type, pairs, ipairs, error, setmetatable = type, pairs, ipairs, error, setmetatable
@@ -46,86 +46,21 @@ local DEFAULTS = {
 }
 
 local SHIFT = 2097152         -- 2^21: room for any code point
-local BEGIN, END = 1, 2       -- word boundary marks inside n-gram keys
+local BEGIN, END = 1, 2       -- word boundary marks inside n-gram keys (as in C)
 
--- Code points that separate words: ASCII other than letters and digits,
--- and common full-width and typographic punctuation.
-local SEPARATOR = {}
-for c = 0, 127 do
-  if not string.char(c):match("%w") then SEPARATOR[c] = true end
-end
-for _, ch in ipairs{
+-- Code points that separate words besides ASCII other than letters and
+-- digits: common full-width and typographic punctuation.
+local SEPARATORS = concat {
   "？", "！", "，", "．", "。", "、", "…", "～", "〜", "·", "•", "—", "–",
   "“", "”", "‘", "’", "「", "」", "『", "』", "《", "》", "〈", "〉",
   "（", "）", "：", "；", "♡", "♥", "★", "☆", "\u{3000}",
-} do
-  SEPARATOR[utf8.codepoint(ch)] = true
-end
+}
 
--- Replace every byte that is not part of valid UTF-8 with a space.
-local function valid_utf8(text)
-  while true do
-    local n, bad = ulen(text)
-    if n then return text end
-    text = sub(text, 1, bad - 1) .. " " .. sub(text, bad + 1)
-  end
-end
-
--- Texts up to this many bytes are decoded with one utf8.codepoint call.
-local CODEPOINTS_AT_ONCE = 4096
-
--- The feature keys of a text, as an array without duplicates.
+-- The feature keys of a text, as an array without duplicates, in order of
+-- first occurrence (the order scores add them in). Bytes that are not
+-- valid UTF-8 separate words. One pass in C (runtime/codepoints.c).
 local function features(text, nmin, nmax)
-  local seen, list, k = {}, {}, 0
-  local w, n = {}, 0
-  local function flush()
-    if n == 0 then return end
-    w[0], w[n + 1] = BEGIN, END
-    for i = 0, n + 1 do
-      local a = w[i]
-      if nmin <= 1 and i >= 1 and i <= n and not seen[a] then
-        seen[a] = true; k = k + 1; list[k] = a
-      end
-      if i <= n then
-        local f = a * SHIFT + w[i + 1]
-        if nmin <= 2 and nmax >= 2 and not seen[f] then
-          seen[f] = true; k = k + 1; list[k] = f
-        end
-        if nmax >= 3 and i < n then
-          f = f * SHIFT + w[i + 2]
-          if not seen[f] then seen[f] = true; k = k + 1; list[k] = f end
-        end
-      end
-    end
-    n = 0
-  end
-  text = valid_utf8(text)
-  if #text <= CODEPOINTS_AT_ONCE then
-    -- a short text's code points in one table: cheaper than codes()
-    local cs = { codepoint(text, 1, -1) }
-    for j = 1, #cs do
-      local c = cs[j]
-      if SEPARATOR[c] then
-        flush()
-      else
-        if c >= 65 and c <= 90 then c = c + 32 end  -- ASCII lower case
-        n = n + 1
-        w[n] = c
-      end
-    end
-  else
-    for _, c in codes(text) do
-      if SEPARATOR[c] then
-        flush()
-      else
-        if c >= 65 and c <= 90 then c = c + 32 end  -- ASCII lower case
-        n = n + 1
-        w[n] = c
-      end
-    end
-  end
-  flush()
-  return list
+  return word_ngrams(text, nmin, nmax, SEPARATORS)
 end
 
 -- The feature keys of a text (see feature_name), for inspection.
@@ -412,6 +347,23 @@ function _M.scores(self, text)
   return s, n
 end
 
+-- Calibrated probabilities of a text as an array in label order, the index
+-- of the best label (of equal ones, the name that sorts first) and how
+-- many of the text's features the model knows: predict() without a table
+-- per label.
+function _M.probabilities(self, text)
+  if type(text) ~= "string" then
+    error("bad argument #1 to 'probabilities': expected a string, got " .. type(text), 2)
+  end
+  local s, known = self:scores(text)
+  local p = softmax(s, self.temperature)
+  local labels, best = self.labels, 1
+  for j = 2, #p do
+    if p[j] > p[best] or (p[j] == p[best] and labels[j] < labels[best]) then best = j end
+  end
+  return p, best, known
+end
+
 -- Calibrated probabilities of a text: returns probs {label = p}, the labels
 -- ranked best first {{intent=, p=}, ...}, and how many of the text's
 -- features the model knows.
@@ -426,10 +378,20 @@ function _M.predict(self, text)
     probs[c] = p[j]
     ranked[j] = { intent = c, p = p[j] }
   end
-  sort(ranked, function(x, y)
-    if x.p ~= y.p then return x.p > y.p end
-    return x.intent < y.intent
-  end)
+  -- best first, ties by name: an insertion sort of the few labels, without
+  -- a call per comparison
+  for i = 2, #ranked do
+    local e = ranked[i]
+    local p, c = e.p, e.intent
+    local k = i - 1
+    while k >= 1 do
+      local o = ranked[k]
+      if o.p > p or (o.p == p and o.intent < c) then break end
+      ranked[k + 1] = o
+      k = k - 1
+    end
+    ranked[k + 1] = e
+  end
   return probs, ranked, known
 end
 

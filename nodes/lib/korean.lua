@@ -5,6 +5,8 @@ local utf8 = utf8
 local ulen, codes, find, sub, byte = utf8.len, utf8.codes, string.find, string.sub, string.byte
 
 local delete_bytes = require("moongraph.text").delete_bytes
+local find_any = require("moongraph.core").bytes.find_any
+local normalize_valid = require("moongraph.core").codepoints.normalize
 
 local _M = {}
 
@@ -67,7 +69,14 @@ end
 -- A character led by a byte that starts one of those marks (never Hangul)
 local WIDE_CANDIDATE = "[\194\226\227\239][\128-\191]+"
 
+-- The marks as one string, for the one pass in C that normalizes valid UTF-8.
+local WIDE_MARKS = {}
+for p in pairs(WIDE_PUNCTUATION) do WIDE_MARKS[#WIDE_MARKS + 1] = p end
+WIDE_MARKS = table.concat(WIDE_MARKS)
+
 local function normalize(s)
+  local done = normalize_valid(s, WIDE_MARKS)
+  if done then return done end
   s = _M.sanitize(s):lower():gsub(WIDE_CANDIDATE, WIDE_PUNCTUATION)
   -- punctuation and spacing, run by run, to one space; none at the ends
   s = s:gsub("[%p%s]+", " ")
@@ -242,6 +251,19 @@ function _M.matcher(question)
   return setmetatable({ normalized = normalized, compact = delete_bytes(normalized, " "), forms = nil }, Matcher)
 end
 
+-- The forms of the question's tokens, particles stripped (made on first use).
+local function token_forms(m)
+  local forms = m.forms
+  if not forms then
+    forms = {}
+    for tok in m.normalized:gmatch("%S+") do
+      for _, v in ipairs(_M.variants(tok)) do forms[v] = true end
+    end
+    m.forms = forms
+  end
+  return forms
+end
+
 -- Whether the question mentions a word: a word of two or more characters
 -- anywhere in the question ignoring spaces ("의류 수거함" mentions
 -- "의류수거함"); a one-character word as a whole token, particles stripped
@@ -253,15 +275,42 @@ function Matcher:mentions(word)
   if f[2] then
     return find(self.compact, w, 1, true) ~= nil
   end
-  local forms = self.forms
-  if not forms then
-    forms = {}
-    for tok in self.normalized:gmatch("%S+") do
-      for _, v in ipairs(_M.variants(tok)) do forms[v] = true end
+  return token_forms(self)[w] == true
+end
+
+-- A word list as mentions_any reads it, made once per list (keyword tables
+-- are data that do not change between questions; a list that grows or
+-- shrinks is read again): the compact forms of two characters or more, for
+-- one search of the question, and those of one character.
+local list_forms = setmetatable({}, { __mode = "k" })
+
+local function forms_of_list(words)
+  local v = list_forms[words]
+  if v and v.n == #words then return v end
+  v = { n = #words, long = {}, short = {} }
+  for i = 1, #words do
+    local f = word_form(words[i])
+    if f[1] ~= "" then
+      local into = f[2] and v.long or v.short
+      into[#into + 1] = f[1]
     end
-    self.forms = forms
   end
-  return forms[w] == true
+  list_forms[words] = v
+  return v
+end
+
+-- Whether the question mentions any word of a list (as mentions() tells),
+-- the words of two characters or more looked for in one pass.
+function Matcher:mentions_any(words)
+  local v = forms_of_list(words)
+  if #v.long > 0 and find_any(self.compact, v.long) then return true end
+  local short = v.short
+  if #short == 0 then return false end
+  local forms = token_forms(self)
+  for i = 1, #short do
+    if forms[short[i]] then return true end
+  end
+  return false
 end
 
 -- mentions(question, word): one check (korean.matcher for many).

@@ -99,7 +99,9 @@ local function missing_of(state)
 end
 
 -- Notice lines ("※ ...") for what could not be fetched and for sample data.
-function _M.notices(state)
+-- sections: the turn's sections (_M.sections(state)) when the caller has
+-- them already.
+function _M.notices(state, sections)
   local contexts = type(state.contexts) == "table" and state.contexts or {}
   local lines = {}
   for _, m in ipairs(missing_of(state)) do
@@ -120,7 +122,7 @@ function _M.notices(state)
     lines[#lines + 1] = "※ " .. what .. ": " .. why
   end
   local samples = {}
-  for _, s in ipairs(_M.sections(state)) do
+  for _, s in ipairs(sections or _M.sections(state)) do
     if s.sample then samples[#samples + 1] = _M.describe(s.node) end
   end
   if #samples > 0 then
