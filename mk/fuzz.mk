@@ -56,3 +56,18 @@ fuzz-http1 fuzz-route fuzz-static: fuzz-%: build/fuzz/%_fuzz
 	@mkdir -p build/fuzz/corpus-$*
 	build/fuzz/$*_fuzz -runs=$(FUZZ_RUNS) -dict=fuzz/http.dict -max_len=2048 \
 		-print_final_stats=1 build/fuzz/corpus-$* fuzz/corpus/$*
+
+# The code-point scans of the Eco² nodes (fuzz/codepoints_fuzz.c): each
+# scan's promises checked on arbitrary bytes.
+build/fuzz/codepoints_fuzz: fuzz/codepoints_fuzz.c runtime/codepoints.c runtime/mg.h
+	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang and libclang-rt-14-dev (apt-get install clang libclang-rt-14-dev)"; exit 1; }
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) fuzz/codepoints_fuzz.c runtime/codepoints.c -o $@ $(FUZZ_LIBS)
+
+.PHONY: fuzz-codepoints
+fuzz: fuzz-codepoints
+
+fuzz-codepoints: build/fuzz/codepoints_fuzz
+	@mkdir -p build/fuzz/corpus-codepoints
+	build/fuzz/codepoints_fuzz -runs=$(FUZZ_RUNS) -max_len=256 -print_final_stats=1 \
+		build/fuzz/corpus-codepoints fuzz/corpus/codepoints

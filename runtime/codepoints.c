@@ -15,7 +15,7 @@
 **       punctuation, spacing and code points of `marks` made one space,
 **       none at the ends; nil when s is not valid UTF-8
 **   codepoints.fold(s, drop) -> folded, n | nil
-**       valid UTF-8 s with ASCII lower-cased and the bytes of `drop`
+**       valid UTF-8 s with ASCII lower-cased, then the bytes of `drop`
 **       deleted, and the code points left; nil when s is not valid UTF-8
 **
 ** A Lua loop pays a call per character (utf8.codes) or a table of all code
@@ -200,8 +200,8 @@ static int l_fold(lua_State *L) {
   lua_Integer chars = 0;
   for (size_t i = 0; i < n; i++) {
     unsigned char c = s[i];
+    if (c >= 'A' && c <= 'Z') c += 32;   /* lower-cased first: a dropped letter goes in either case */
     if (out_of[c]) continue;
-    if (c >= 'A' && c <= 'Z') c += 32;
     if (c < 0x80 || c >= 0xC0) chars++;
     out[k++] = (char)c;
   }

@@ -201,6 +201,8 @@ describe("codepoints.fold", function()
     assert.same({ "종이컵abc", 6 }, { codepoints.fold("종이 컵, ABC!", DROP) })
     assert.same({ "", 0 }, { codepoints.fold(" .. ", DROP) })
     assert.same({ "가나", 2 }, { codepoints.fold("가나", "") })
+    -- lower-cased before the drop: a dropped letter goes in either case
+    assert.same({ "ac", 2 }, { codepoints.fold("aBbC", "b") })
   end)
 
   it("agrees with lower, gsub and utf8.len over random valid text", function()
