@@ -394,11 +394,18 @@ function _M.decode(s)
 end
 
 --[[ copy(value) -> a deep copy made through the codec (what a saver hands
-back), or nil, err when the value cannot be saved. ]]
+back), or nil, err when the value cannot be saved: the value
+decode(encode(value)) gives, made in C without the text when the C encoder
+takes the value. ]]
+local c_copy = ok_core and type(core) == "table" and core.json and core.json.copy or nil
 function _M.copy(v)
+  if c_copy then
+    local ok, c = c_copy(v, null, array_mt)
+    if ok then return c end
+  end
   local s, err = _M.encode(v)
   if not s then return nil, err end
-  return (_M.decode(s))
+  return _M.decode(s)
 end
 
 return _M
