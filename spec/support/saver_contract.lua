@@ -36,6 +36,35 @@ return function(name, make, env)
       end)
     end)
 
+    it("stores the data, not the tables: changes made after put or to what get returned do not show", function()
+      with_saver(function(s)
+        local values = { list = { 1, 2 }, map = { a = { deep = "x" } } }
+        local meta = { source = "loop", ran = { "a" } }
+        local c = assert(s:put({ thread_id = "t" }, cp("0001", values), meta))
+        local update = { 3 }
+        local writes = { { "list", update } }
+        assert(s:put_writes(c, "1:a", writes))
+        values.list[3] = "later"
+        values.map.a.deep = "changed"
+        values.extra = true
+        meta.ran[1] = "b"
+        update[1] = "changed"
+        writes[1][1] = "other"
+        local got = s:get { thread_id = "t" }
+        assert.same({ list = { 1, 2 }, map = { a = { deep = "x" } } }, got.checkpoint.values)
+        assert.same({ "a" }, got.metadata.ran)
+        assert.same({ { "1:a", "list", { 3 } } }, got.pending_writes)
+        got.checkpoint.values.list[1] = "mutated"
+        got.metadata.ran[1] = "mutated"
+        got.pending_writes[1][3][1] = "mutated"
+        local again = s:get { thread_id = "t" }
+        assert.same({ 1, 2 }, again.checkpoint.values.list)
+        assert.same({ "a" }, again.metadata.ran)
+        assert.same({ { "1:a", "list", { 3 } } }, again.pending_writes)
+        assert.same({ 1, 2 }, s:list({ thread_id = "t" })[1].checkpoint.values.list)
+      end)
+    end)
+
     it("get returns nil for an unknown thread or checkpoint", function()
       with_saver(function(s)
         assert.is_nil(s:get { thread_id = "none" })

@@ -45,6 +45,7 @@ local type, tostring, pcall, ipairs, next, setmetatable = type, tostring, pcall,
 local BATCH = 64
 
 local tasks = require "moongraph.tasks"
+local copy = require("moongraph.json").copy
 
 local _M = {}
 
@@ -217,6 +218,11 @@ function _M.put(run, op, a, b, c)
     end
     -- the target: a checkpoint, or one task's writes for a checkpoint
     local key = op == "put" and b.id or (a.checkpoint_ns .. "\0" .. a.checkpoint_id .. "\0" .. b)
+    -- the data as it is now: the run goes on, and its nodes may change
+    -- tables this write holds before the writer task reaches it (a value
+    -- that cannot be saved goes as it is: the saver names it)
+    if op == "put" then b = copy(b) or b end
+    if type(c) == "table" then c = copy(c) or c end
     w.q:put { op = op, a = a, b = b, c = c, key = key }
   else -- exit: remember the latest checkpoint of this namespace and its writes
     local ex = run.exit
