@@ -30,6 +30,36 @@ function _M.encode_writes(task_id, writes, indent)
   return "[" .. (indent and "\n  " or "") .. table_concat(parts, sep) .. (indent and "\n]" or "]")
 end
 
+--[[ copy_writes(task_id, writes) -> list of {channel, value} copies | nil, err
+What decoding encode_writes' text gives (a nil value comes back as null),
+made without the text; an error names the channel and the task as
+encode_writes' does. ]]
+local copy, null = json.copy, json.null
+function _M.copy_writes(task_id, writes)
+  if type(writes) ~= "table" then
+    error("bad argument #3 to 'put_writes': list of {channel, value} expected, got " .. type(writes), 3)
+  end
+  local out = {}
+  for i = 1, #writes do
+    local pair = writes[i]
+    if type(pair) ~= "table" or type(pair[1]) ~= "string" then
+      error("bad argument #3 to 'put_writes': write " .. i .. " is not a {channel, value} pair", 3)
+    end
+    local v, err = pair[2], nil
+    if v == nil then
+      v = null
+    else
+      v, err = copy(v)
+      if v == nil then
+        local _, eerr = _M.encode_writes(task_id, writes)
+        return nil, eerr or err
+      end
+    end
+    out[i] = { pair[1], v }
+  end
+  return out
+end
+
 function _M.check_cfg(cfg, fname)
   if type(cfg) ~= "table" then
     error("bad argument #1 to '" .. fname .. "': config table expected, got " .. type(cfg), 3)
@@ -73,6 +103,19 @@ function _M.encode_checkpoint(checkpoint, metadata, indent)
   local md
   md, err = json.encode(metadata or {}, { indent = indent, name = "metadata" })
   if not md then return nil, err end
+  return cp, md
+end
+
+--[[ copy_checkpoint(checkpoint, metadata) -> cp, md | nil, err
+Copies of the checkpoint and its metadata as decoding their JSON would give
+them (json.copy); an error names which failed, as encode_checkpoint's. ]]
+function _M.copy_checkpoint(checkpoint, metadata)
+  local cp, cerr = copy(checkpoint)
+  local md, merr = copy(metadata or {})
+  if cp == nil or md == nil then
+    local _, err = _M.encode_checkpoint(checkpoint, metadata)
+    return nil, err or cerr or merr
+  end
   return cp, md
 end
 

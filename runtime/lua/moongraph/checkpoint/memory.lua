@@ -2,9 +2,12 @@
 moongraph.checkpoint.memory — an in-process checkpoint saver.
 
 Keeps checkpoints and pending writes in Lua tables for the life of the
-process. Everything is stored in its JSON form (moongraph.json),
+process. What is stored is a copy that no caller ever holds: put copies
+what it is given and get hands out copies of its own. The copies are those
+the JSON codec would give back (moongraph.json copy: integers and floats
+kept apart, empty arrays marked, unsavable values refused with their path),
 so a graph that works with this saver works with the file, Redis and
-Postgres savers too, and callers never share tables with the store.
+Postgres savers too.
 Implements the saver interface described in docs/checkpoints.md.
 ]]
 
@@ -13,6 +16,8 @@ local table_sort = table.sort
 
 local json = require "moongraph.json"
 local common = require "moongraph.checkpoint.common"
+
+local copy = json.copy
 
 local _M = {}
 local saver = {}
@@ -43,7 +48,7 @@ end
 
 function saver:put(cfg, checkpoint, metadata)
   common.check_put(cfg, checkpoint)
-  local cp, md = common.encode_checkpoint(checkpoint, metadata)
+  local cp, md = common.copy_checkpoint(checkpoint, metadata)
   if not cp then return nil, md end   -- md is the error
   local s = space(self, cfg, true)
   local id = checkpoint.id
@@ -63,7 +68,7 @@ end
 
 function saver:put_writes(cfg, task_id, writes)
   common.check_put_writes(cfg, task_id)
-  local enc, err = common.encode_writes(task_id, writes)
+  local enc, err = common.copy_writes(task_id, writes)
   if not enc then return nil, err end
   local s = space(self, cfg, true)
   local w = s.writes[cfg.checkpoint_id]
@@ -86,15 +91,15 @@ local function tuple(cfg, s, id)
     for task_id in pairs(w) do tasks[#tasks + 1] = task_id end
     table_sort(tasks)
     for _, task_id in ipairs(tasks) do
-      for _, pair in ipairs(json.decode(w[task_id])) do
-        pending[#pending + 1] = { task_id, pair[1], pair[2] }
+      for _, pair in ipairs(w[task_id]) do
+        pending[#pending + 1] = { task_id, pair[1], copy(pair[2]) }
       end
     end
   end
   return {
     config = { thread_id = cfg.thread_id, checkpoint_ns = ns, checkpoint_id = id },
-    checkpoint = json.decode(item.cp),
-    metadata = json.decode(item.md),
+    checkpoint = copy(item.cp),
+    metadata = copy(item.md),
     parent_config = item.parent and
       { thread_id = cfg.thread_id, checkpoint_ns = ns, checkpoint_id = item.parent } or nil,
     pending_writes = pending,
