@@ -44,6 +44,14 @@ function _M.new_id(run)
   return id
 end
 
+-- the UTC time of day as checkpoints show it, made once per second
+local ts_second, ts_text = nil, nil
+local function timestamp()
+  local t = os_time()
+  if t ~= ts_second then ts_second, ts_text = t, os_date("!%Y-%m-%dT%H:%M:%SZ", t) end
+  return ts_text
+end
+
 --[[ save(run, plan, source, ran)
 A checkpoint of the run's state before `plan`, parented on run.cp_id;
 metadata {source = "input"|"loop"|"update", step, ran = node names}. ]]
@@ -73,7 +81,7 @@ function _M.save(run, plan, source, ran)
   end
   local id = _M.new_id(run)
   local cp = {
-    v = 1, id = id, ts = os_date("!%Y-%m-%dT%H:%M:%SZ"), step = run.step, values = run.values,
+    v = 1, id = id, ts = timestamp(), step = run.step, values = run.values,
     next = next_list, barriers = barriers, deferred = deferred,
   }
   local md = { source = source, step = run.step, ran = ran }

@@ -205,9 +205,11 @@ function _M.put(run, op, a, b, c)
     a.head_id = run.fork_head
     run.fork_head = nil
   end
-  if mode == "sync" or (mode == "async" and w.saver.yields == false) then
+  if w.saver.yields == false and mode ~= "exit" then
     -- a saver whose calls never yield is done at once: a writer task
     -- would only add a queue and two task switches per write
+    saver_call_here(w, op, a, b, c)
+  elseif mode == "sync" then
     saver_call(w, op, a, b, c)
   elseif mode == "async" then
     if not w.q then
