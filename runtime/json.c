@@ -373,15 +373,13 @@ static int l_copy(lua_State *L) {
   luaL_checkany(L, 2);
   luaL_checktype(L, 3, LUA_TTABLE);
   lua_settop(L, 3);
-  copy_t *c = malloc(sizeof *c);
-  if (!c) return luaL_error(L, "out of memory");
+  copy_t cc, *c = &cc;
   c->L = L;
   c->null_idx = 2;
   c->array_idx = 3;
   c->depth = 0;
   lua_pushboolean(L, 1);
   int rc = copy_value(c, 1);
-  free(c);
   if (rc < 0) {
     lua_pushboolean(L, 0);
     return 1;

@@ -408,4 +408,27 @@ function _M.copy(v)
   return _M.decode(s)
 end
 
+--[[ pack(value) -> packed | nil, err, and unpack(packed) -> value: a value
+kept aside in a form of its own. unpack gives, each time, new tables equal
+to what copy(value) gives; nothing done to value after pack shows. The form
+is one string (moongraph.core.pack) when the core module is there: a store
+of many values then holds strings, which the collector does not walk. ]]
+local core_pack = ok_core and type(core) == "table" and core.pack or nil
+if core_pack then
+  local c_pack, c_unpack = core_pack.pack, core_pack.unpack
+  function _M.pack(v)
+    local s = c_pack(v, null, array_mt)
+    if s then return s end
+    -- what C does not take: through the codec (or its error)
+    local c, err = _M.copy(v)
+    if c == nil then return nil, err end
+    return c_pack(c, null, array_mt) or error("json.pack: the codec's copy cannot be packed", 2)
+  end
+  function _M.unpack(s)
+    return c_unpack(s, null, array_mt)
+  end
+else
+  _M.pack, _M.unpack = _M.copy, _M.copy
+end
+
 return _M

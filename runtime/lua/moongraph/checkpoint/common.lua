@@ -106,19 +106,6 @@ function _M.encode_checkpoint(checkpoint, metadata, indent)
   return cp, md
 end
 
---[[ copy_checkpoint(checkpoint, metadata) -> cp, md | nil, err
-Copies of the checkpoint and its metadata as decoding their JSON would give
-them (json.copy); an error names which failed, as encode_checkpoint's. ]]
-function _M.copy_checkpoint(checkpoint, metadata)
-  local cp, cerr = copy(checkpoint)
-  local md, merr = copy(metadata or {})
-  if cp == nil or md == nil then
-    local _, err = _M.encode_checkpoint(checkpoint, metadata)
-    return nil, err or cerr or merr
-  end
-  return cp, md
-end
-
 --[[ Optimistic concurrency. A put names the checkpoint it extends
 (cfg.checkpoint_id; nil: the namespace has none yet). The namespace's
 latest checkpoint must be that one — or cfg.head_id when given (a fork from

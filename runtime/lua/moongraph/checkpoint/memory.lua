@@ -2,12 +2,12 @@
 moongraph.checkpoint.memory — an in-process checkpoint saver.
 
 Keeps checkpoints and pending writes in Lua tables for the life of the
-process. What is stored is a copy that no caller ever holds: put copies
-what it is given and get hands out copies of its own. The copies are those
-the JSON codec would give back (moongraph.json copy: integers and floats
-kept apart, empty arrays marked, unsavable values refused with their path),
-so a graph that works with this saver works with the file, Redis and
-Postgres savers too.
+process. Each checkpoint, its metadata and each task's writes are kept
+packed (moongraph.json pack: one string each), so nothing a caller holds
+is shared with the store, and get hands out new tables equal to what the
+JSON codec would give back (integers and floats kept apart, empty arrays
+marked, unsavable values refused with their path): a graph that works with
+this saver works with the file, Redis and Postgres savers too.
 Implements the saver interface described in docs/checkpoints.md.
 ]]
 
@@ -17,7 +17,8 @@ local table_sort = table.sort
 local json = require "moongraph.json"
 local common = require "moongraph.checkpoint.common"
 
-local copy = json.copy
+local pack, unpack, null = json.pack, json.unpack, json.null
+local EMPTY = {}
 
 local _M = {}
 local saver = {}
@@ -40,7 +41,9 @@ local function space(self, cfg, create)
   local ns = cfg.checkpoint_ns or ""
   local s = thread[ns]
   if not s and create then
-    s = { ids = {}, items = {}, writes = {} }
+    -- per checkpoint id: its packed checkpoint and metadata, its parent
+    -- (false: none), and its tasks' packed writes by task id
+    s = { ids = {}, cps = {}, mds = {}, parents = {}, writes = {} }
     thread[ns] = s
   end
   return s
@@ -48,41 +51,57 @@ end
 
 function saver:put(cfg, checkpoint, metadata)
   common.check_put(cfg, checkpoint)
-  local cp, md = common.copy_checkpoint(checkpoint, metadata)
-  if not cp then return nil, md end   -- md is the error
+  local cp, md = pack(checkpoint), pack(metadata or EMPTY)
+  if not (cp and md) then
+    local _, err = common.encode_checkpoint(checkpoint, metadata)
+    return nil, err
+  end
   local s = space(self, cfg, true)
   local id = checkpoint.id
-  local latest = s.ids[#s.ids]
+  local ids = s.ids
+  local latest = ids[#ids]
   local want = common.expected(cfg)
   if latest ~= nil and latest ~= want and latest ~= id then
     return nil, common.conflict_error(cfg.thread_id, cfg.checkpoint_ns or "", want, latest)
   end
-  if not s.items[id] then
-    local ids = s.ids
+  if not s.cps[id] then
     ids[#ids + 1] = id
     if ids[#ids - 1] and ids[#ids - 1] > id then table_sort(ids) end
   end
-  s.items[id] = { cp = cp, md = md, parent = cfg.checkpoint_id }
+  s.cps[id], s.mds[id], s.parents[id] = cp, md, cfg.checkpoint_id or false
   return { thread_id = cfg.thread_id, checkpoint_ns = cfg.checkpoint_ns or "", checkpoint_id = id }
 end
 
 function saver:put_writes(cfg, task_id, writes)
   common.check_put_writes(cfg, task_id)
-  local enc, err = common.copy_writes(task_id, writes)
-  if not enc then return nil, err end
+  if type(writes) == "table" then
+    for i = 1, #writes do
+      local pair = writes[i]
+      if type(pair) ~= "table" or type(pair[1]) ~= "string" then
+        error("bad argument #3 to 'put_writes': write " .. i .. " is not a {channel, value} pair", 2)
+      end
+    end
+  end
+  local packed = type(writes) == "table" and pack(writes)
+  if not packed then
+    -- the codec's copy of each pair, or the error naming the write
+    local list, err = common.copy_writes(task_id, writes)
+    if not list then return nil, err end
+    packed = pack(list)
+  end
   local s = space(self, cfg, true)
   local w = s.writes[cfg.checkpoint_id]
   if not w then
     w = {}
     s.writes[cfg.checkpoint_id] = w
   end
-  w[task_id] = enc
+  w[task_id] = packed
   return true
 end
 
 local function tuple(cfg, s, id)
-  local item = s.items[id]
-  if not item then return nil end
+  local cp = s.cps[id]
+  if not cp then return nil end
   local ns = cfg.checkpoint_ns or ""
   local pending = {}
   local w = s.writes[id]
@@ -91,17 +110,22 @@ local function tuple(cfg, s, id)
     for task_id in pairs(w) do tasks[#tasks + 1] = task_id end
     table_sort(tasks)
     for _, task_id in ipairs(tasks) do
-      for _, pair in ipairs(w[task_id]) do
-        pending[#pending + 1] = { task_id, pair[1], copy(pair[2]) }
+      local list = unpack(w[task_id])
+      for i = 1, #list do
+        local pair = list[i]
+        local v = pair[2]
+        if v == nil then v = null end
+        pending[#pending + 1] = { task_id, pair[1], v }
       end
     end
   end
+  local parent = s.parents[id]
   return {
     config = { thread_id = cfg.thread_id, checkpoint_ns = ns, checkpoint_id = id },
-    checkpoint = copy(item.cp),
-    metadata = copy(item.md),
-    parent_config = item.parent and
-      { thread_id = cfg.thread_id, checkpoint_ns = ns, checkpoint_id = item.parent } or nil,
+    checkpoint = unpack(cp),
+    metadata = unpack(s.mds[id]),
+    parent_config = parent and
+      { thread_id = cfg.thread_id, checkpoint_ns = ns, checkpoint_id = parent } or nil,
     pending_writes = pending,
   }
 end

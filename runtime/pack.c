@@ -1,0 +1,298 @@
+/*
+** pack.c — core.pack: a state value as one compact binary string, and back.
+**
+** pack(v, null, array_mt) takes what the JSON encoder (json.c) takes and
+** nothing else; unpack(s, null, array_mt) gives what decoding v's JSON
+** would give (json.copy's value): integers and floats kept apart, floats
+** bit for bit, strings byte for byte, the array marker on empty arrays only,
+** new tables throughout. A store that keeps values in-process holds one
+** string per value: no text to write or parse, and nothing for the
+** collector to walk.
+**
+** pack returns nil for a value it does not take (moongraph.json then copies
+** it through the codec, or names what cannot be saved).
+**
+** The form, one tag byte per value, sizes and numbers in host order:
+**   'n' null   't' true   'f' false   'a' empty array   'e' empty object
+**   'i' int64  'd' double   's' u32 length, bytes
+**   'l' u32 count, values   'm' u32 count, (u32 length, key bytes, value)...
+*/
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mg.h"
+
+#define MAX_DEPTH 200
+#define STACK_BUF 2048
+
+typedef struct {
+  lua_State *L;
+  char *p;
+  size_t len, cap;
+  int null_idx, array_idx;
+  int depth;
+  const void *path[MAX_DEPTH + 1];   /* tables being packed: a cycle check */
+  char first[STACK_BUF];
+} pack_t;
+
+static int grow(pack_t *k, size_t more) {
+  size_t cap = k->cap * 2;
+  while (cap < k->len + more) cap *= 2;
+  char *p = k->p == k->first ? malloc(cap) : realloc(k->p, cap);
+  if (!p) return -1;
+  if (k->p == k->first) memcpy(p, k->first, k->len);
+  k->p = p;
+  k->cap = cap;
+  return 0;
+}
+
+static int put(pack_t *k, const void *s, size_t n) {
+  if (k->len + n > k->cap && grow(k, n) < 0) return -1;
+  memcpy(k->p + k->len, s, n);
+  k->len += n;
+  return 0;
+}
+
+static int put_tag(pack_t *k, char tag) {
+  return put(k, &tag, 1);
+}
+
+static int put_u32(pack_t *k, size_t n) {
+  if (n > UINT32_MAX) return -1;
+  uint32_t v = (uint32_t)n;
+  return put(k, &v, sizeof v);
+}
+
+static int put_bytes(pack_t *k, const char *s, size_t n) {
+  if (put_u32(k, n) < 0) return -1;
+  return put(k, s, n);
+}
+
+static int pack_value(pack_t *k, int idx);
+
+/* The table at idx (absolute): 0, or -1 when it cannot be packed. */
+static int pack_table(pack_t *k, int idx) {
+  lua_State *L = k->L;
+  const void *me = lua_topointer(L, idx);
+  for (int i = 0; i < k->depth; i++)
+    if (k->path[i] == me) return -1;
+  if (k->depth >= MAX_DEPTH || !lua_checkstack(L, 8)) return -1;
+  int is_array_mt = 0;
+  if (lua_getmetatable(L, idx)) {
+    is_array_mt = lua_rawequal(L, -1, k->array_idx);
+    lua_pop(L, 1);
+    if (!is_array_mt) return -1;
+  }
+  /* the shape, as the encoder checks it: string keys only, or a list */
+  lua_Integer len = (lua_Integer)lua_rawlen(L, idx);
+  size_t count = 0, nkeys = 0;
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    count++;
+    int kt = lua_type(L, -2);
+    if (kt == LUA_TSTRING) {
+      nkeys++;
+    } else if (!(kt == LUA_TNUMBER && lua_isinteger(L, -2) && lua_tointeger(L, -2) >= 1 &&
+                 lua_tointeger(L, -2) <= len)) {
+      lua_pop(L, 2);
+      return -1;
+    }
+    lua_pop(L, 1);
+  }
+  if (nkeys && nkeys != count) return -1;
+  if (!nkeys && count && (lua_Integer)count != len) return -1;
+  if (count == 0) return put_tag(k, is_array_mt ? 'a' : 'e');
+  k->path[k->depth++] = me;
+  int rc = 0;
+  if (nkeys) {
+    if (put_tag(k, 'm') < 0 || put_u32(k, nkeys) < 0) rc = -1;
+    lua_pushnil(L);
+    while (rc == 0 && lua_next(L, idx)) {
+      size_t n;
+      const char *s = lua_tolstring(L, -2, &n);
+      rc = put_bytes(k, s, n);
+      if (rc == 0) rc = pack_value(k, lua_gettop(L));
+      lua_pop(L, 1);
+    }
+    if (rc < 0) lua_pop(L, 1);   /* the key lua_next left */
+  } else {
+    if (put_tag(k, 'l') < 0 || put_u32(k, (size_t)len) < 0) rc = -1;
+    for (lua_Integer i = 1; i <= len && rc == 0; i++) {
+      lua_rawgeti(L, idx, i);
+      rc = pack_value(k, lua_gettop(L));
+      lua_pop(L, 1);
+    }
+  }
+  k->depth--;
+  return rc;
+}
+
+static int pack_value(pack_t *k, int idx) {
+  lua_State *L = k->L;
+  switch (lua_type(L, idx)) {
+    case LUA_TSTRING: {
+      size_t n;
+      const char *s = lua_tolstring(L, idx, &n);
+      if (put_tag(k, 's') < 0) return -1;
+      return put_bytes(k, s, n);
+    }
+    case LUA_TNUMBER:
+      if (lua_isinteger(L, idx)) {
+        lua_Integer v = lua_tointeger(L, idx);
+        if (put_tag(k, 'i') < 0) return -1;
+        return put(k, &v, sizeof v);
+      } else {
+        lua_Number v = lua_tonumber(L, idx);
+        if (isnan(v) || isinf(v) || put_tag(k, 'd') < 0) return -1;
+        return put(k, &v, sizeof v);
+      }
+    case LUA_TBOOLEAN:
+      return put_tag(k, lua_toboolean(L, idx) ? 't' : 'f');
+    case LUA_TTABLE:
+      if (lua_rawequal(L, idx, k->null_idx)) return put_tag(k, 'n');
+      return pack_table(k, idx);
+    default:
+      if (lua_rawequal(L, idx, k->null_idx)) return put_tag(k, 'n');
+      return -1;
+  }
+}
+
+/* pack(value, null, array_mt) -> string | nil */
+static int l_pack(lua_State *L) {
+  luaL_checkany(L, 1);
+  luaL_checkany(L, 2);
+  luaL_checktype(L, 3, LUA_TTABLE);
+  lua_settop(L, 3);
+  pack_t kk, *k = &kk;
+  k->L = L;
+  k->p = k->first;
+  k->len = 0;
+  k->cap = STACK_BUF;
+  k->null_idx = 2;
+  k->array_idx = 3;
+  k->depth = 0;
+  int rc = pack_value(k, 1);
+  if (rc == 0) lua_pushlstring(L, k->p, k->len);
+  else lua_pushnil(L);
+  if (k->p != k->first) free(k->p);
+  return 1;
+}
+
+typedef struct {
+  lua_State *L;
+  const char *p, *end;
+  int null_idx, array_idx;
+  int depth;
+} unpack_t;
+
+static void bad(unpack_t *u) {
+  luaL_error(u->L, "unpack: not a packed value");
+}
+
+static void take(unpack_t *u, void *out, size_t n) {
+  if ((size_t)(u->end - u->p) < n) bad(u);
+  memcpy(out, u->p, n);
+  u->p += n;
+}
+
+static size_t take_u32(unpack_t *u) {
+  uint32_t v;
+  take(u, &v, sizeof v);
+  return v;
+}
+
+static const char *take_bytes(unpack_t *u, size_t *n) {
+  *n = take_u32(u);
+  if ((size_t)(u->end - u->p) < *n) bad(u);
+  const char *s = u->p;
+  u->p += *n;
+  return s;
+}
+
+/* Pushes the next value. */
+static void unpack_value(unpack_t *u) {
+  lua_State *L = u->L;
+  char tag;
+  take(u, &tag, 1);
+  switch (tag) {
+    case 'n': lua_pushvalue(L, u->null_idx); return;
+    case 't': lua_pushboolean(L, 1); return;
+    case 'f': lua_pushboolean(L, 0); return;
+    case 'e': lua_createtable(L, 0, 0); return;
+    case 'a':
+      lua_createtable(L, 0, 0);
+      lua_pushvalue(L, u->array_idx);
+      lua_setmetatable(L, -2);
+      return;
+    case 'i': {
+      lua_Integer v;
+      take(u, &v, sizeof v);
+      lua_pushinteger(L, v);
+      return;
+    }
+    case 'd': {
+      lua_Number v;
+      take(u, &v, sizeof v);
+      lua_pushnumber(L, v);
+      return;
+    }
+    case 's': {
+      size_t n;
+      const char *s = take_bytes(u, &n);
+      lua_pushlstring(L, s, n);
+      return;
+    }
+    case 'l':
+    case 'm': {
+      size_t n = take_u32(u);
+      if (n > (size_t)(u->end - u->p) || u->depth >= MAX_DEPTH || !lua_checkstack(L, 4)) bad(u);
+      u->depth++;
+      if (tag == 'l') {
+        lua_createtable(L, (int)n, 0);
+        for (size_t i = 1; i <= n; i++) {
+          unpack_value(u);
+          lua_rawseti(L, -2, (lua_Integer)i);
+        }
+      } else {
+        lua_createtable(L, 0, (int)n);
+        for (size_t i = 0; i < n; i++) {
+          size_t kn;
+          const char *ks = take_bytes(u, &kn);
+          lua_pushlstring(L, ks, kn);
+          unpack_value(u);
+          lua_rawset(L, -3);
+        }
+      }
+      u->depth--;
+      return;
+    }
+    default:
+      bad(u);
+  }
+}
+
+/* unpack(string, null, array_mt) -> value */
+static int l_unpack(lua_State *L) {
+  size_t n;
+  const char *s = luaL_checklstring(L, 1, &n);
+  luaL_checkany(L, 2);
+  luaL_checktype(L, 3, LUA_TTABLE);
+  lua_settop(L, 3);
+  unpack_t u = { L, s, s + n, 2, 3, 0 };
+  unpack_value(&u);
+  if (u.p != u.end) bad(&u);
+  return 1;
+}
+
+static const luaL_Reg pack_fns[] = {
+  {"pack", l_pack},
+  {"unpack", l_unpack},
+  {NULL, NULL},
+};
+
+int mg_open_pack(lua_State *L) {
+  luaL_newlib(L, pack_fns);
+  return 1;
+}
