@@ -85,40 +85,52 @@ static int pack_table(pack_t *k, int idx) {
     lua_pop(L, 1);
     if (!is_array_mt) return -1;
   }
-  /* the shape, as the encoder checks it: string keys only, or a list */
   lua_Integer len = (lua_Integer)lua_rawlen(L, idx);
-  size_t count = 0, nkeys = 0;
-  lua_pushnil(L);
-  while (lua_next(L, idx)) {
-    count++;
-    int kt = lua_type(L, -2);
-    if (kt == LUA_TSTRING) {
-      nkeys++;
-    } else if (!(kt == LUA_TNUMBER && lua_isinteger(L, -2) && lua_tointeger(L, -2) >= 1 &&
-                 lua_tointeger(L, -2) <= len)) {
-      lua_pop(L, 2);
-      return -1;
-    }
-    lua_pop(L, 1);
-  }
-  if (nkeys && nkeys != count) return -1;
-  if (!nkeys && count && (lua_Integer)count != len) return -1;
-  if (count == 0) return put_tag(k, is_array_mt ? 'a' : 'e');
   k->path[k->depth++] = me;
   int rc = 0;
-  if (nkeys) {
-    if (put_tag(k, 'm') < 0 || put_u32(k, nkeys) < 0) rc = -1;
+  if (len == 0) {
+    /* string keys only (or none), written as they come; the count after */
+    size_t start = k->len, count = 0;
+    if (put_tag(k, 'm') < 0 || put_u32(k, 0) < 0) rc = -1;
     lua_pushnil(L);
     while (rc == 0 && lua_next(L, idx)) {
-      size_t n;
-      const char *s = lua_tolstring(L, -2, &n);
-      rc = put_bytes(k, s, n);
-      if (rc == 0) rc = pack_value(k, lua_gettop(L));
+      if (lua_type(L, -2) != LUA_TSTRING) {
+        rc = -1;
+      } else {
+        size_t n;
+        const char *s = lua_tolstring(L, -2, &n);
+        rc = put_bytes(k, s, n);
+        if (rc == 0) rc = pack_value(k, lua_gettop(L));
+        count++;
+      }
       lua_pop(L, 1);
     }
-    if (rc < 0) lua_pop(L, 1);   /* the key lua_next left */
+    if (rc < 0) {
+      lua_pop(L, 1);   /* the key lua_next left */
+    } else if (count == 0) {
+      k->len = start;
+      rc = put_tag(k, is_array_mt ? 'a' : 'e');
+    } else if (count > UINT32_MAX) {
+      rc = -1;
+    } else {
+      uint32_t c = (uint32_t)count;
+      memcpy(k->p + start + 1, &c, sizeof c);
+    }
   } else {
-    if (put_tag(k, 'l') < 0 || put_u32(k, (size_t)len) < 0) rc = -1;
+    /* a list: 1..len and no other key */
+    lua_Integer count = 0;
+    lua_pushnil(L);
+    while (lua_next(L, idx)) {
+      count++;
+      lua_pop(L, 1);
+      if (!(lua_isinteger(L, -1) && lua_tointeger(L, -1) >= 1 && lua_tointeger(L, -1) <= len)) {
+        lua_pop(L, 1);
+        rc = -1;
+        break;
+      }
+    }
+    if (rc == 0 && count != len) rc = -1;
+    if (rc == 0 && (put_tag(k, 'l') < 0 || put_u32(k, (size_t)len) < 0)) rc = -1;
     for (lua_Integer i = 1; i <= len && rc == 0; i++) {
       lua_rawgeti(L, idx, i);
       rc = pack_value(k, lua_gettop(L));
