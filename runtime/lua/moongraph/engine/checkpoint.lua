@@ -30,24 +30,30 @@ local _M = {}
 
 local wall0, mono0, last_int = nil, nil, 0
 
--- new_id(run) -> a checkpoint id above run.last_id and every id made here
+-- new_id(run) -> a checkpoint id above run.last_id and every id made here,
+-- and its creation time in milliseconds since the epoch
 function _M.new_id(run)
   local now = tasks.now()
   if not wall0 then wall0, mono0 = os_time() * 1000, now end
-  local v = (wall0 + math_floor((now - mono0) * 1000)) * 1024
+  local ms = wall0 + math_floor((now - mono0) * 1000)
+  local v = ms * 1024
   if v <= last_int then v = last_int + 1 end
-  local after = run.last_id and tonumber(run.last_id, 16)
-  if after and v <= after then v = after + 1 end
+  local after = run.last_id
+  -- an id made here is below last_int already: only another's is read
+  if after and after ~= run.own_id then
+    after = tonumber(after, 16)
+    if after and v <= after then v = after + 1 end
+  end
   last_int = v
   local id = string_format("%016x", v)
-  run.last_id = id
-  return id
+  run.last_id, run.own_id = id, id
+  return id, ms
 end
 
--- the UTC time of day as checkpoints show it, made once per second
+-- the UTC time as checkpoints show it, formatted once per second
 local ts_second, ts_text = nil, nil
-local function timestamp()
-  local t = os_time()
+local function timestamp(ms)
+  local t = ms // 1000
   if t ~= ts_second then ts_second, ts_text = t, os_date("!%Y-%m-%dT%H:%M:%SZ", t) end
   return ts_text
 end
@@ -79,9 +85,9 @@ function _M.save(run, plan, source, ran)
     for n in pairs(run.deferred) do deferred[#deferred + 1] = n end
     table_sort(deferred)
   end
-  local id = _M.new_id(run)
+  local id, ms = _M.new_id(run)
   local cp = {
-    v = 1, id = id, ts = timestamp(), step = run.step, values = run.values,
+    v = 1, id = id, ts = timestamp(ms), step = run.step, values = run.values,
     next = next_list, barriers = barriers, deferred = deferred,
   }
   local md = { source = source, step = run.step, ran = ran }
