@@ -41,9 +41,9 @@ local function space(self, cfg, create)
   local ns = cfg.checkpoint_ns or ""
   local s = thread[ns]
   if not s and create then
-    -- per checkpoint id: its packed checkpoint and metadata, its parent
-    -- (false: none), and its tasks' packed writes by task id
-    s = { ids = {}, cps = {}, mds = {}, parents = {}, writes = {} }
+    -- per checkpoint id: {packed checkpoint, packed metadata, parent id},
+    -- and its tasks' packed writes by task id
+    s = { ids = {}, items = {}, writes = {} }
     thread[ns] = s
   end
   return s
@@ -64,11 +64,11 @@ function saver:put(cfg, checkpoint, metadata)
   if latest ~= nil and latest ~= want and latest ~= id then
     return nil, common.conflict_error(cfg.thread_id, cfg.checkpoint_ns or "", want, latest)
   end
-  if not s.cps[id] then
+  if not s.items[id] then
     ids[#ids + 1] = id
     if ids[#ids - 1] and ids[#ids - 1] > id then table_sort(ids) end
   end
-  s.cps[id], s.mds[id], s.parents[id] = cp, md, cfg.checkpoint_id or false
+  s.items[id] = { cp, md, cfg.checkpoint_id }
   return { thread_id = cfg.thread_id, checkpoint_ns = cfg.checkpoint_ns or "", checkpoint_id = id }
 end
 
@@ -100,8 +100,8 @@ function saver:put_writes(cfg, task_id, writes)
 end
 
 local function tuple(cfg, s, id)
-  local cp = s.cps[id]
-  if not cp then return nil end
+  local item = s.items[id]
+  if not item then return nil end
   local ns = cfg.checkpoint_ns or ""
   local pending = {}
   local w = s.writes[id]
@@ -119,11 +119,11 @@ local function tuple(cfg, s, id)
       end
     end
   end
-  local parent = s.parents[id]
+  local parent = item[3]
   return {
     config = { thread_id = cfg.thread_id, checkpoint_ns = ns, checkpoint_id = id },
-    checkpoint = unpack(cp),
-    metadata = unpack(s.mds[id]),
+    checkpoint = unpack(item[1]),
+    metadata = unpack(item[2]),
     parent_config = parent and
       { thread_id = cfg.thread_id, checkpoint_ns = ns, checkpoint_id = parent } or nil,
     pending_writes = pending,
