@@ -417,7 +417,7 @@ __send__, __ran__, __failed__, __chain__ (a fallback chain's failures),
 __attempts__ (when more than one), or __interrupt__ (with __resume__) or
 __error__. A resumed run reads its earlier tasks' records back from these. ]]
 function _M.to_writes(res, resume)
-  local w = {}
+  local w = { nil, nil }   -- room for the usual few
   local st = res.status
   if st == "done" then
     local up = res.update

@@ -58,16 +58,37 @@ local function timestamp(ms)
   return ts_text
 end
 
+--[[ shared_list(run, node, which) -> the `next` list {{node = node}}
+(which "next") or the metadata `ran` list {node} (which "ran") of a step
+with that one task, made once per node. Only for runs without a stream,
+where these tables go to the saver alone (which copies what it keeps and
+never writes into what it is given). ]]
+function _M.shared_list(run, node, which)
+  local spec = run.nodes[node]
+  local lists = spec.saved_lists
+  if not lists then
+    lists = { next = { { node = node } }, ran = { node } }
+    spec.saved_lists = lists
+  end
+  return lists[which]
+end
+
 --[[ save(run, plan, source, ran)
 A checkpoint of the run's state before `plan`, parented on run.cp_id;
 metadata {source = "input"|"loop"|"update", step, ran = node names}. ]]
 function _M.save(run, plan, source, ran)
-  local next_list = {}
-  for i, t in ipairs(plan) do
-    if t.send then
-      next_list[i] = { node = t.node, send = t.send, arg = t.arg }
-    else
-      next_list[i] = { node = t.node }
+  local next_list
+  local only = not plan[2] and plan[1]
+  if only and not only.send and not run.sink then
+    next_list = _M.shared_list(run, only.node, "next")
+  else
+    next_list = {}
+    for i, t in ipairs(plan) do
+      if t.send then
+        next_list[i] = { node = t.node, send = t.send, arg = t.arg }
+      else
+        next_list[i] = { node = t.node }
+      end
     end
   end
   local barriers, deferred = nil, nil
@@ -92,7 +113,7 @@ function _M.save(run, plan, source, ran)
   }
   local md = { source = source, step = run.step, ran = ran }
   run.cp_parent = run.cp_id
-  writer.put(run, "put", writer.cfg(run, run.cp_id), cp, md)
+  writer.put(run, "put", writer.current_cfg(run), cp, md)
   if run.writer.mode ~= "exit" then run.saved_id = id end
   run.cp_id = id
   local sink = run.sink

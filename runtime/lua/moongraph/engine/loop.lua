@@ -10,8 +10,9 @@ A run context (`run`) holds everything one run, or one subgraph run, needs:
   app, nodes, reducers, cfg, ns, limit, root      the graph and the caller's config
   values, step, barriers, deferred, records       the state of the run
   saver, writer, thread_id, exit                  persistence (saver nil: none)
-  cp_id, saved_id, last_id, own_id                the checkpoint chain (own_id:
-                                                  the last id this run made)
+  cp_id, saved_id, last_id, own_id, cp_cfg        the checkpoint chain (own_id:
+                                                  the last id this run made;
+                                                  cp_cfg: writer.current_cfg)
   sink, trace                                     streaming and tracing (or nil)
   copy_on_write   old state snapshots stay referenced (saver, stream): the
                   barrier copies the state instead of updating it in place
@@ -69,7 +70,7 @@ local function new_run(app, cfg, parent, ns, sink, trace)
     values = nil, step = -1, root = not parent, records = nil,
     saver = nil, writer = nil, thread_id = nil, exit = nil,
     sink = sink, trace = trace, copy_on_write = false, observed = false, records_kept = false,
-    cp_id = nil, cp_parent = nil, saved_id = nil, last_id = nil, own_id = nil,
+    cp_id = nil, cp_parent = nil, saved_id = nil, last_id = nil, own_id = nil, cp_cfg = nil,
     barriers = nil, deferred = nil, results = nil, inline_res = nil, store = nil,
     saved_writes = nil, loop = _M,
   }
@@ -214,8 +215,13 @@ local function loop(run, plan, results, cmd, skip_before)
     end
     local nextp = algo.plan_next(run, plan, results, cmd)
     if run.saver then
-      local ran = {}
-      for i, t in ipairs(plan) do ran[i] = t.node end
+      local ran
+      if not plan[2] and not run.sink then
+        ran = checkpoint.shared_list(run, plan[1].node, "ran")
+      else
+        ran = {}
+        for i, t in ipairs(plan) do ran[i] = t.node end
+      end
       checkpoint.save(run, nextp, "loop", ran)
       if run.writer.err then return nil, run.writer.err end
     end

@@ -195,6 +195,18 @@ function _M.cfg(run, id)
   return { thread_id = run.thread_id, checkpoint_ns = run.ns, checkpoint_id = id }
 end
 
+-- The config of the run's current checkpoint (run.cp_id), made once per
+-- checkpoint: the writes of the step after it and the checkpoint that
+-- follows it name the same one. Nothing writes into it.
+local function current_cfg(run)
+  local c = run.cp_cfg
+  if c and c.checkpoint_id == run.cp_id then return c end
+  c = _M.cfg(run, run.cp_id)
+  run.cp_cfg = c
+  return c
+end
+_M.current_cfg = current_cfg
+
 function _M.put(run, op, a, b, c)
   local w = run.writer
   if w.err then return end
@@ -202,7 +214,8 @@ function _M.put(run, op, a, b, c)
   if op == "put" and run.fork_head and mode ~= "exit" then
     -- a fork: the saver checks that the namespace's latest checkpoint is
     -- still the one this run saw (head_id), not the one it extends
-    a.head_id = run.fork_head
+    a = { thread_id = a.thread_id, checkpoint_ns = a.checkpoint_ns, checkpoint_id = a.checkpoint_id,
+      head_id = run.fork_head }
     run.fork_head = nil
   end
   if w.saver.yields == false and mode ~= "exit" then
@@ -239,7 +252,7 @@ end
 
 -- A task's writes, as pending writes of the checkpoint the step started from.
 function _M.save_writes(run, task_id, writes)
-  _M.put(run, "put_writes", _M.cfg(run, run.cp_id), task_id, writes)
+  _M.put(run, "put_writes", current_cfg(run), task_id, writes)
 end
 
 -- async: wait until the writer has issued and finished every queued write
