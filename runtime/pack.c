@@ -48,26 +48,40 @@ static int grow(pack_t *k, size_t more) {
   return 0;
 }
 
-static int put(pack_t *k, const void *s, size_t n) {
-  if (k->len + n > k->cap && grow(k, n) < 0) return -1;
-  memcpy(k->p + k->len, s, n);
-  k->len += n;
+static inline int room(pack_t *k, size_t n) {
+  return k->len + n <= k->cap ? 0 : grow(k, n);
+}
+
+static inline int put_tag(pack_t *k, char tag) {
+  if (room(k, 1) < 0) return -1;
+  k->p[k->len++] = tag;
   return 0;
 }
 
-static int put_tag(pack_t *k, char tag) {
-  return put(k, &tag, 1);
+/* a tag and 8 bytes (an integer or a double) */
+static inline int put_tag8(pack_t *k, char tag, const void *v) {
+  if (room(k, 9) < 0) return -1;
+  k->p[k->len] = tag;
+  memcpy(k->p + k->len + 1, v, 8);
+  k->len += 9;
+  return 0;
 }
 
-static int put_u32(pack_t *k, size_t n) {
-  if (n > UINT32_MAX) return -1;
+static inline int put_u32(pack_t *k, size_t n) {
+  if (n > UINT32_MAX || room(k, 4) < 0) return -1;
   uint32_t v = (uint32_t)n;
-  return put(k, &v, sizeof v);
+  memcpy(k->p + k->len, &v, 4);
+  k->len += 4;
+  return 0;
 }
 
-static int put_bytes(pack_t *k, const char *s, size_t n) {
-  if (put_u32(k, n) < 0) return -1;
-  return put(k, s, n);
+static inline int put_bytes(pack_t *k, const char *s, size_t n) {
+  if (n > UINT32_MAX || room(k, 4 + n) < 0) return -1;
+  uint32_t v = (uint32_t)n;
+  memcpy(k->p + k->len, &v, 4);
+  memcpy(k->p + k->len + 4, s, n);
+  k->len += 4 + n;
+  return 0;
 }
 
 static int pack_value(pack_t *k, int idx);
@@ -123,7 +137,8 @@ static int pack_table(pack_t *k, int idx) {
     while (lua_next(L, idx)) {
       count++;
       lua_pop(L, 1);
-      if (!(lua_isinteger(L, -1) && lua_tointeger(L, -1) >= 1 && lua_tointeger(L, -1) <= len)) {
+      lua_Integer key;
+      if (!lua_isinteger(L, -1) || (key = lua_tointeger(L, -1)) < 1 || key > len) {
         lua_pop(L, 1);
         rc = -1;
         break;
@@ -153,12 +168,11 @@ static int pack_value(pack_t *k, int idx) {
     case LUA_TNUMBER:
       if (lua_isinteger(L, idx)) {
         lua_Integer v = lua_tointeger(L, idx);
-        if (put_tag(k, 'i') < 0) return -1;
-        return put(k, &v, sizeof v);
+        return put_tag8(k, 'i', &v);
       } else {
         lua_Number v = lua_tonumber(L, idx);
-        if (isnan(v) || isinf(v) || put_tag(k, 'd') < 0) return -1;
-        return put(k, &v, sizeof v);
+        if (isnan(v) || isinf(v)) return -1;
+        return put_tag8(k, 'd', &v);
       }
     case LUA_TBOOLEAN:
       return put_tag(k, lua_toboolean(L, idx) ? 't' : 'f');
