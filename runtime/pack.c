@@ -1,9 +1,9 @@
 /*
 ** pack.c — core.pack: a state value as one compact binary string, and back.
 **
-** pack(v, null, array_mt) takes what the JSON encoder (json.c) takes and
-** nothing else; unpack(s, null, array_mt) gives what decoding v's JSON
-** would give (json.copy's value): integers and floats kept apart, floats
+** pack(null, array_mt, v [, v2...]) takes what the JSON encoder (json.c)
+** takes and nothing else; unpack(s, null, array_mt) gives, for each value
+** packed, what decoding its JSON would give (json.copy's value): integers and floats kept apart, floats
 ** bit for bit, strings byte for byte, the array marker on empty arrays only,
 ** new tables throughout. A store that keeps values in-process holds one
 ** string per value: no text to write or parse, and nothing for the
@@ -185,21 +185,22 @@ static int pack_value(pack_t *k, int idx) {
   }
 }
 
-/* pack(value, null, array_mt) -> string | nil */
+/* pack(null, array_mt, value [, value...]) -> string | nil */
 static int l_pack(lua_State *L) {
   luaL_checkany(L, 1);
-  luaL_checkany(L, 2);
-  luaL_checktype(L, 3, LUA_TTABLE);
-  lua_settop(L, 3);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  luaL_checkany(L, 3);
+  int top = lua_gettop(L);
   pack_t kk, *k = &kk;
   k->L = L;
   k->p = k->first;
   k->len = 0;
   k->cap = STACK_BUF;
-  k->null_idx = 2;
-  k->array_idx = 3;
+  k->null_idx = 1;
+  k->array_idx = 2;
   k->depth = 0;
-  int rc = pack_value(k, 1);
+  int rc = 0;
+  for (int i = 3; i <= top && rc == 0; i++) rc = pack_value(k, i);
   if (rc == 0) lua_pushlstring(L, k->p, k->len);
   else lua_pushnil(L);
   if (k->p != k->first) free(k->p);
@@ -299,7 +300,7 @@ static void unpack_value(unpack_t *u) {
   }
 }
 
-/* unpack(string, null, array_mt) -> value */
+/* unpack(string, null, array_mt) -> the values packed, in order */
 static int l_unpack(lua_State *L) {
   size_t n;
   const char *s = luaL_checklstring(L, 1, &n);
@@ -307,9 +308,13 @@ static int l_unpack(lua_State *L) {
   luaL_checktype(L, 3, LUA_TTABLE);
   lua_settop(L, 3);
   unpack_t u = { L, s, s + n, 2, 3, 0 };
-  unpack_value(&u);
-  if (u.p != u.end) bad(&u);
-  return 1;
+  int count = 0;
+  do {
+    if (!lua_checkstack(L, 4)) bad(&u);
+    unpack_value(&u);
+    count++;
+  } while (u.p != u.end);
+  return count;
 }
 
 static const luaL_Reg pack_fns[] = {

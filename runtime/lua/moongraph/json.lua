@@ -408,27 +408,49 @@ function _M.copy(v)
   return _M.decode(s)
 end
 
---[[ pack(value) -> packed | nil, err, and unpack(packed) -> value: a value
-kept aside in a form of its own. unpack gives, each time, new tables equal
-to what copy(value) gives; nothing done to value after pack shows. The form
-is one string (moongraph.core.pack) when the core module is there: a store
-of many values then holds strings, which the collector does not walk. ]]
+--[[ pack(value [, value...]) -> packed | nil, err, and unpack(packed) ->
+the values: values kept aside in a form of their own. unpack gives, each
+time, new tables equal to what copy(value) gives; nothing done to a value
+after pack shows. The form is one string (moongraph.core.pack) when the
+core module is there: a store of many values then holds strings, which the
+collector does not walk. ]]
 local core_pack = ok_core and type(core) == "table" and core.pack or nil
 if core_pack then
   local c_pack, c_unpack = core_pack.pack, core_pack.unpack
-  function _M.pack(v)
-    local s = c_pack(v, null, array_mt)
+  function _M.pack(...)
+    local s = c_pack(null, array_mt, ...)
     if s then return s end
     -- what C does not take: through the codec (or its error)
-    local c, err = _M.copy(v)
-    if c == nil then return nil, err end
-    return c_pack(c, null, array_mt) or error("json.pack: the codec's copy cannot be packed", 2)
+    local n = select("#", ...)
+    local copies = { ... }
+    for i = 1, n do
+      local c, err = _M.copy(copies[i])
+      if c == nil then return nil, err end
+      copies[i] = c
+    end
+    return c_pack(null, array_mt, table.unpack(copies, 1, n)) or
+      error("json.pack: the codec's copy cannot be packed", 2)
   end
   function _M.unpack(s)
     return c_unpack(s, null, array_mt)
   end
 else
-  _M.pack, _M.unpack = _M.copy, _M.copy
+  -- without the core module: a list of copies
+  function _M.pack(...)
+    local n = select("#", ...)
+    local copies = { n = n, ... }
+    for i = 1, n do
+      local c, err = _M.copy(copies[i])
+      if c == nil then return nil, err end
+      copies[i] = c
+    end
+    return copies
+  end
+  function _M.unpack(p)
+    local out = {}
+    for i = 1, p.n do out[i] = _M.copy(p[i]) end
+    return table.unpack(out, 1, p.n)
+  end
 end
 
 return _M

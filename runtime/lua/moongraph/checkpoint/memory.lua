@@ -2,8 +2,8 @@
 moongraph.checkpoint.memory — an in-process checkpoint saver.
 
 Keeps checkpoints and pending writes in Lua tables for the life of the
-process. Each checkpoint, its metadata and each task's writes are kept
-packed (moongraph.json pack: one string each), so nothing a caller holds
+process. Each checkpoint with its metadata, and each task's writes, are
+kept packed (moongraph.json pack: one string each), so nothing a caller holds
 is shared with the store, and get hands out new tables equal to what the
 JSON codec would give back (integers and floats kept apart, empty arrays
 marked, unsavable values refused with their path): a graph that works with
@@ -41,9 +41,9 @@ local function space(self, cfg, create)
   local ns = cfg.checkpoint_ns or ""
   local s = thread[ns]
   if not s and create then
-    -- per checkpoint id: {packed checkpoint, packed metadata, parent id},
-    -- and its tasks' packed writes by task id
-    s = { ids = {}, items = {}, writes = {} }
+    -- per checkpoint id: its checkpoint and metadata packed together, its
+    -- parent (false: none), and its tasks' packed writes by task id
+    s = { ids = {}, items = {}, parents = {}, writes = {} }
     thread[ns] = s
   end
   return s
@@ -51,8 +51,8 @@ end
 
 function saver:put(cfg, checkpoint, metadata)
   common.check_put(cfg, checkpoint)
-  local cp, md = pack(checkpoint), pack(metadata or EMPTY)
-  if not (cp and md) then
+  local packed = pack(checkpoint, metadata or EMPTY)
+  if not packed then
     local _, err = common.encode_checkpoint(checkpoint, metadata)
     return nil, err
   end
@@ -68,7 +68,7 @@ function saver:put(cfg, checkpoint, metadata)
     ids[#ids + 1] = id
     if ids[#ids - 1] and ids[#ids - 1] > id then table_sort(ids) end
   end
-  s.items[id] = { cp, md, cfg.checkpoint_id }
+  s.items[id], s.parents[id] = packed, cfg.checkpoint_id or false
   return { thread_id = cfg.thread_id, checkpoint_ns = cfg.checkpoint_ns or "", checkpoint_id = id }
 end
 
@@ -102,6 +102,7 @@ end
 local function tuple(cfg, s, id)
   local item = s.items[id]
   if not item then return nil end
+  local checkpoint, metadata = unpack(item)
   local ns = cfg.checkpoint_ns or ""
   local pending = {}
   local w = s.writes[id]
@@ -119,11 +120,11 @@ local function tuple(cfg, s, id)
       end
     end
   end
-  local parent = item[3]
+  local parent = s.parents[id]
   return {
     config = { thread_id = cfg.thread_id, checkpoint_ns = ns, checkpoint_id = id },
-    checkpoint = unpack(item[1]),
-    metadata = unpack(item[2]),
+    checkpoint = checkpoint,
+    metadata = metadata,
     parent_config = parent and
       { thread_id = cfg.thread_id, checkpoint_ns = ns, checkpoint_id = parent } or nil,
     pending_writes = pending,
