@@ -85,6 +85,11 @@ return function(name, make, env)
           { "1:a", "__route__", { "c" } },
           { "1:b", "x", 2 },
         }, tup.pending_writes)
+        -- a checkpoint with one task's writes, written twice
+        local c2 = assert(s:put(c, cp("0002", {}, 1), {}))
+        assert.is_true(s:put_writes(c2, "2:a", { { "x", 1 } }))
+        assert.is_true(s:put_writes(c2, "2:a", { { "x", 3 } }))
+        assert.same({ { "2:a", "x", 3 } }, s:get({ thread_id = "t" }).pending_writes)
       end)
     end)
 

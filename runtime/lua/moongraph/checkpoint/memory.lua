@@ -42,8 +42,9 @@ local function space(self, cfg, create)
   local s = thread[ns]
   if not s and create then
     -- per checkpoint id: its checkpoint and metadata packed together, its
-    -- parent (false: none), and its tasks' packed writes by task id
-    s = { ids = {}, items = {}, parents = {}, writes = {} }
+    -- parent (false: none), and its tasks' packed writes: the one task's
+    -- (writes[id], with its task id in one_task[id]), or by task id
+    s = { ids = {}, items = {}, parents = {}, writes = {}, one_task = {} }
     thread[ns] = s
   end
   return s
@@ -90,12 +91,16 @@ function saver:put_writes(cfg, task_id, writes)
     packed = pack(list)
   end
   local s = space(self, cfg, true)
-  local w = s.writes[cfg.checkpoint_id]
-  if not w then
-    w = {}
-    s.writes[cfg.checkpoint_id] = w
+  local writes_of, one_task = s.writes, s.one_task
+  local id = cfg.checkpoint_id
+  local w = writes_of[id]
+  if w == nil or (type(w) == "string" and one_task[id] == task_id) then
+    writes_of[id], one_task[id] = packed, task_id
+  elseif type(w) == "string" then
+    writes_of[id], one_task[id] = { [one_task[id]] = w, [task_id] = packed }, nil
+  else
+    w[task_id] = packed
   end
-  w[task_id] = packed
   return true
 end
 
@@ -106,6 +111,7 @@ local function tuple(cfg, s, id)
   local ns = cfg.checkpoint_ns or ""
   local pending = {}
   local w = s.writes[id]
+  if type(w) == "string" then w = { [s.one_task[id]] = w } end
   if w then
     local tasks = {}
     for task_id in pairs(w) do tasks[#tasks + 1] = task_id end
