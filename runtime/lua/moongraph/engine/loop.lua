@@ -225,7 +225,7 @@ local function loop(run, plan, results, cmd, skip_before)
       checkpoint.save(run, nextp, "loop", ran)
       if run.writer.err then return nil, run.writer.err end
     end
-    emit(run, "values", nil, nil, values)
+    if run.sink then emit(run, "values", nil, nil, values) end
     if app.interrupt_after then
       local rec = breakpoint(run, plan, "after", app.interrupt_after)
       if rec then return interrupted(run, rec) end

@@ -78,13 +78,14 @@ function _M.settle(saver, thread_id)
   if by_thread[thread_id] == set then by_thread[thread_id] = nil end
 end
 
+-- a saver call that raised (ok false) or returned nil, err
+local function failed(w, op, ok, r1, r2)
+  w.err = "checkpointer " .. op .. " failed: " .. tostring(ok and r2 or r1)
+end
+
 local function saver_call_here(w, op, a, b, c)
   local ok, r1, r2 = pcall(w.saver[op], w.saver, a, b, c)
-  if not ok then
-    w.err = "checkpointer " .. op .. " failed: " .. tostring(r1)
-  elseif r1 == nil then
-    w.err = "checkpointer " .. op .. " failed: " .. tostring(r2)
-  end
+  if not ok or r1 == nil then failed(w, op, ok, r1, r2) end
 end
 
 -- fn(w, ...) from the run's own task (sync, exit): in a task of its own
@@ -218,10 +219,12 @@ function _M.put(run, op, a, b, c)
       head_id = run.fork_head }
     run.fork_head = nil
   end
-  if w.saver.yields == false and mode ~= "exit" then
+  local saver = w.saver
+  if saver.yields == false and mode ~= "exit" then
     -- a saver whose calls never yield is done at once: a writer task
     -- would only add a queue and two task switches per write
-    saver_call_here(w, op, a, b, c)
+    local ok, r1, r2 = pcall(saver[op], saver, a, b, c)
+    if not ok or r1 == nil then failed(w, op, ok, r1, r2) end
   elseif mode == "sync" then
     saver_call(w, op, a, b, c)
   elseif mode == "async" then
