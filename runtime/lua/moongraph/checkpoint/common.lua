@@ -60,18 +60,25 @@ function _M.copy_writes(task_id, writes)
   return out
 end
 
+-- (a check per saver call: type() is a call of its own, so each field is
+-- read once and the usual "" namespace needs none)
 function _M.check_cfg(cfg, fname)
   if type(cfg) ~= "table" then
     error("bad argument #1 to '" .. fname .. "': config table expected, got " .. type(cfg), 3)
   end
-  if cfg.thread_id == nil then
-    error("bad argument #1 to '" .. fname .. "': config.thread_id is required", 3)
+  local thread_id = cfg.thread_id
+  if type(thread_id) ~= "string" then
+    if thread_id == nil then
+      error("bad argument #1 to '" .. fname .. "': config.thread_id is required", 3)
+    end
+    cfg.thread_id = tostring(thread_id)
   end
-  if type(cfg.thread_id) ~= "string" then cfg.thread_id = tostring(cfg.thread_id) end
-  if cfg.checkpoint_ns ~= nil and type(cfg.checkpoint_ns) ~= "string" then
+  local ns = cfg.checkpoint_ns
+  if ns ~= nil and ns ~= "" and type(ns) ~= "string" then
     error("bad argument #1 to '" .. fname .. "': config.checkpoint_ns must be a string", 3)
   end
-  if cfg.checkpoint_id ~= nil and type(cfg.checkpoint_id) ~= "string" then
+  local id = cfg.checkpoint_id
+  if id ~= nil and type(id) ~= "string" then
     error("bad argument #1 to '" .. fname .. "': config.checkpoint_id must be a string", 3)
   end
 end
@@ -87,7 +94,7 @@ end
 -- The arguments of put_writes(cfg, task_id, writes) other than the writes.
 function _M.check_put_writes(cfg, task_id)
   _M.check_cfg(cfg, "put_writes")
-  if type(cfg.checkpoint_id) ~= "string" then
+  if cfg.checkpoint_id == nil then
     error("bad argument #1 to 'put_writes': config.checkpoint_id expected", 3)
   end
   if type(task_id) ~= "string" then

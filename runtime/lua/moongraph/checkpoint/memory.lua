@@ -75,6 +75,7 @@ end
 
 function saver:put_writes(cfg, task_id, writes)
   common.check_put_writes(cfg, task_id)
+  local packed = false
   if type(writes) == "table" then
     for i = 1, #writes do
       local pair = writes[i]
@@ -82,8 +83,8 @@ function saver:put_writes(cfg, task_id, writes)
         error("bad argument #3 to 'put_writes': write " .. i .. " is not a {channel, value} pair", 2)
       end
     end
+    packed = pack(writes)
   end
-  local packed = type(writes) == "table" and pack(writes)
   if not packed then
     -- the codec's copy of each pair, or the error naming the write
     local list, err = common.copy_writes(task_id, writes)

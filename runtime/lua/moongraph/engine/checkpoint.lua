@@ -19,7 +19,7 @@ creation order even across processes and clock steps.
 local type, pairs, ipairs, next, tonumber, pcall = type, pairs, ipairs, next, tonumber, pcall
 local table_sort = table.sort
 local string_format = string.format
-local math_floor, os_time, os_date = math.floor, os.time, os.date
+local os_time, os_date = os.time, os.date
 
 local tasks = require "moongraph.tasks"
 local algo = require "moongraph.engine.algo"
@@ -35,7 +35,7 @@ local wall0, mono0, last_int = nil, nil, 0
 function _M.new_id(run)
   local now = tasks.now()
   if not wall0 then wall0, mono0 = os_time() * 1000, now end
-  local ms = wall0 + math_floor((now - mono0) * 1000)
+  local ms = wall0 + ((now - mono0) * 1000 // 1 | 0)   -- floor, as an integer
   local v = ms * 1024
   if v <= last_int then v = last_int + 1 end
   local after = run.last_id
