@@ -424,7 +424,12 @@ function _M.to_writes(res, resume)
     if up then
       local n = 0
       for k, v in pairs(up) do n = n + 1; w[n] = { k, v } end
-      if n > 1 then table_sort(w, by_channel) end
+      if n == 2 then
+        -- the usual pair of keys: no sort call, no comparator calls
+        if w[2][1] < w[1][1] then w[1], w[2] = w[2], w[1] end
+      elseif n > 2 then
+        table_sort(w, by_channel)
+      end
     end
     if res.route then w[#w + 1] = { "__route__", res.route } end
     if res.sends then
