@@ -41,10 +41,10 @@ local function space(self, cfg, create)
   local ns = cfg.checkpoint_ns or ""
   local s = thread[ns]
   if not s and create then
-    -- per checkpoint id: its checkpoint and metadata packed together, its
-    -- parent (false: none), and its tasks' packed writes: the one task's
-    -- (writes[id], with its task id in one_task[id]), or by task id
-    s = { ids = {}, items = {}, parents = {}, writes = {}, one_task = {} }
+    -- per checkpoint id: its checkpoint, metadata and parent id (false:
+    -- none) packed together, and its tasks' writes, each packed with its
+    -- task id: one task's string, or a table of them by task id
+    s = { ids = {}, items = {}, writes = {} }
     thread[ns] = s
   end
   return s
@@ -52,7 +52,7 @@ end
 
 function saver:put(cfg, checkpoint, metadata)
   common.check_put(cfg, checkpoint)
-  local packed = pack(checkpoint, metadata or EMPTY)
+  local packed = pack(checkpoint, metadata or EMPTY, cfg.checkpoint_id or false)
   if not packed then
     local _, err = common.encode_checkpoint(checkpoint, metadata)
     return nil, err
@@ -69,7 +69,7 @@ function saver:put(cfg, checkpoint, metadata)
     ids[#ids + 1] = id
     if ids[#ids - 1] and ids[#ids - 1] > id then table_sort(ids) end
   end
-  s.items[id], s.parents[id] = packed, cfg.checkpoint_id or false
+  s.items[id] = packed
   return { thread_id = cfg.thread_id, checkpoint_ns = cfg.checkpoint_ns or "", checkpoint_id = id }
 end
 
@@ -83,22 +83,22 @@ function saver:put_writes(cfg, task_id, writes)
         error("bad argument #3 to 'put_writes': write " .. i .. " is not a {channel, value} pair", 2)
       end
     end
-    packed = pack(writes)
+    packed = pack(task_id, writes)
   end
   if not packed then
     -- the codec's copy of each pair, or the error naming the write
     local list, err = common.copy_writes(task_id, writes)
     if not list then return nil, err end
-    packed = pack(list)
+    packed = pack(task_id, list)
   end
-  local s = space(self, cfg, true)
-  local writes_of, one_task = s.writes, s.one_task
+  local writes_of = space(self, cfg, true).writes
   local id = cfg.checkpoint_id
   local w = writes_of[id]
-  if w == nil or (type(w) == "string" and one_task[id] == task_id) then
-    writes_of[id], one_task[id] = packed, task_id
+  if w == nil then
+    writes_of[id] = packed
   elseif type(w) == "string" then
-    writes_of[id], one_task[id] = { [one_task[id]] = w, [task_id] = packed }, nil
+    local first = unpack(w)
+    writes_of[id] = first == task_id and packed or { [first] = w, [task_id] = packed }
   else
     w[task_id] = packed
   end
@@ -108,17 +108,21 @@ end
 local function tuple(cfg, s, id)
   local item = s.items[id]
   if not item then return nil end
-  local checkpoint, metadata = unpack(item)
+  local checkpoint, metadata, parent = unpack(item)
   local ns = cfg.checkpoint_ns or ""
   local pending = {}
   local w = s.writes[id]
-  if type(w) == "string" then w = { [s.one_task[id]] = w } end
+  if type(w) == "string" then w = { w } end
   if w then
-    local tasks = {}
-    for task_id in pairs(w) do tasks[#tasks + 1] = task_id end
+    local tasks, by_task = {}, {}
+    for _, packed in pairs(w) do
+      local task_id, list = unpack(packed)
+      tasks[#tasks + 1] = task_id
+      by_task[task_id] = list
+    end
     table_sort(tasks)
     for _, task_id in ipairs(tasks) do
-      local list = unpack(w[task_id])
+      local list = by_task[task_id]
       for i = 1, #list do
         local pair = list[i]
         local v = pair[2]
@@ -127,7 +131,6 @@ local function tuple(cfg, s, id)
       end
     end
   end
-  local parent = s.parents[id]
   return {
     config = { thread_id = cfg.thread_id, checkpoint_ns = ns, checkpoint_id = id },
     checkpoint = checkpoint,
