@@ -331,7 +331,8 @@ function _M.apply_writes(run, tasks, results, cmd)
     end
   end
   if copy then
-    -- old snapshots are still referenced (checkpoints, stream events)
+    -- old snapshots are still referenced (stream events, a checkpoint
+    -- kept for the end of the run)
     new = {}
     for k, v in pairs(run.values) do new[k] = v end
   else

@@ -14,8 +14,9 @@ A run context (`run`) holds everything one run, or one subgraph run, needs:
                                                   the last id this run made;
                                                   cp_cfg: writer.current_cfg)
   sink, trace                                     streaming and tracing (or nil)
-  copy_on_write   old state snapshots stay referenced (saver, stream): the
-                  barrier copies the state instead of updating it in place
+  copy_on_write   old state snapshots stay referenced (stream, durability
+                  exit): the barrier copies the state instead of updating it
+                  in place
   observed        something records tasks (saver, stream, trace): task ids,
                   stream events and trace spans are made
   records_kept    the run keeps task records (observed, or a node or router
@@ -56,8 +57,11 @@ local EMPTY_STATE = setmetatable({}, { __newindex = function()
 -- run contexts
 
 local function observe(run)
-  run.copy_on_write = (run.saver or run.sink) and true or false
-  run.observed = (run.copy_on_write or run.trace) and true or false
+  -- a saver takes the data of a checkpoint when it is given it (or the
+  -- async writer copies it then); only a stream's events and the latest
+  -- checkpoint kept for the end under durability exit hold on to the state
+  run.copy_on_write = (run.sink or run.exit) and true or false
+  run.observed = (run.saver or run.sink or run.trace) and true or false
   run.records_kept = run.observed or run.app.records_seen
 end
 
