@@ -10,7 +10,9 @@
 ** collector to walk.
 **
 ** pack returns nil for a value it does not take (moongraph.json then copies
-** it through the codec, or names what cannot be saved).
+** it through the codec, or names what cannot be saved); packer(null,
+** array_mt, fallback) makes a pack(v [, v2...]) that hands such values to
+** fallback itself.
 **
 ** The form, one tag byte per value, sizes and numbers in host order:
 **   'n' null   't' true   'f' false   'a' empty array   'e' empty object
@@ -185,25 +187,53 @@ static int pack_value(pack_t *k, int idx) {
   }
 }
 
-/* pack(null, array_mt, value [, value...]) -> string | nil */
-static int l_pack(lua_State *L) {
-  luaL_checkany(L, 1);
-  luaL_checktype(L, 2, LUA_TTABLE);
-  luaL_checkany(L, 3);
-  int top = lua_gettop(L);
+/* Pushes the values at first..top packed into one string: 0, or -1 (nothing
+** pushed). null_idx, array_idx: stack slots or upvalue pseudo-indices. */
+static int pack_range(lua_State *L, int first, int top, int null_idx, int array_idx) {
   pack_t kk, *k = &kk;
   k->L = L;
   k->p = k->first;
   k->len = 0;
   k->cap = STACK_BUF;
-  k->null_idx = 1;
-  k->array_idx = 2;
+  k->null_idx = null_idx;
+  k->array_idx = array_idx;
   k->depth = 0;
   int rc = 0;
-  for (int i = 3; i <= top && rc == 0; i++) rc = pack_value(k, i);
+  for (int i = first; i <= top && rc == 0; i++) rc = pack_value(k, i);
   if (rc == 0) lua_pushlstring(L, k->p, k->len);
-  else lua_pushnil(L);
   if (k->p != k->first) free(k->p);
+  return rc;
+}
+
+/* pack(null, array_mt, value [, value...]) -> string | nil */
+static int l_pack(lua_State *L) {
+  luaL_checkany(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  luaL_checkany(L, 3);
+  if (pack_range(L, 3, lua_gettop(L), 1, 2) < 0) lua_pushnil(L);
+  return 1;
+}
+
+/* The function packer() makes: pack(value [, value...]) with its null and
+** array marker as upvalues 1 and 2; what it does not take goes to upvalue
+** 3, fallback(value [, value...]), whose results it returns. */
+static int l_pack_bound(lua_State *L) {
+  int top = lua_gettop(L);
+  luaL_checkany(L, 1);
+  if (pack_range(L, 1, top, lua_upvalueindex(1), lua_upvalueindex(2)) == 0) return 1;
+  lua_pushvalue(L, lua_upvalueindex(3));
+  lua_insert(L, 1);
+  lua_call(L, top, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+/* packer(null, array_mt, fallback) -> pack(value [, value...]) */
+static int l_packer(lua_State *L) {
+  luaL_checkany(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  luaL_checktype(L, 3, LUA_TFUNCTION);
+  lua_settop(L, 3);
+  lua_pushcclosure(L, l_pack_bound, 3);
   return 1;
 }
 
@@ -319,6 +349,7 @@ static int l_unpack(lua_State *L) {
 
 static const luaL_Reg pack_fns[] = {
   {"pack", l_pack},
+  {"packer", l_packer},
   {"unpack", l_unpack},
   {NULL, NULL},
 };

@@ -417,10 +417,8 @@ collector does not walk. ]]
 local core_pack = ok_core and type(core) == "table" and core.pack or nil
 if core_pack then
   local c_pack, c_unpack = core_pack.pack, core_pack.unpack
-  function _M.pack(...)
-    local s = c_pack(null, array_mt, ...)
-    if s then return s end
-    -- what C does not take: through the codec (or its error)
+  -- what C does not take: through the codec (or its error)
+  local function pack_copies(...)
     local n = select("#", ...)
     local copies = { ... }
     for i = 1, n do
@@ -431,6 +429,7 @@ if core_pack then
     return c_pack(null, array_mt, table.unpack(copies, 1, n)) or
       error("json.pack: the codec's copy cannot be packed", 2)
   end
+  _M.pack = core_pack.packer(null, array_mt, pack_copies)
   function _M.unpack(s)
     return c_unpack(s, null, array_mt)
   end
