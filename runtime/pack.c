@@ -133,20 +133,15 @@ static int pack_table(pack_t *k, int idx) {
       memcpy(k->p + start + 1, &c, sizeof c);
     }
   } else {
-    /* a list: 1..len and no other key */
+    /* a list: len keys in all, and each of 1..len holds a value (a nil
+    ** one fails below), so no other key */
     lua_Integer count = 0;
     lua_pushnil(L);
     while (lua_next(L, idx)) {
       count++;
       lua_pop(L, 1);
-      lua_Integer key;
-      if (!lua_isinteger(L, -1) || (key = lua_tointeger(L, -1)) < 1 || key > len) {
-        lua_pop(L, 1);
-        rc = -1;
-        break;
-      }
     }
-    if (rc == 0 && count != len) rc = -1;
+    if (count != len) rc = -1;
     if (rc == 0 && (put_tag(k, 'l') < 0 || put_u32(k, (size_t)len) < 0)) rc = -1;
     for (lua_Integer i = 1; i <= len && rc == 0; i++) {
       lua_rawgeti(L, idx, i);

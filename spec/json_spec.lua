@@ -239,6 +239,13 @@ describe("json.pack", function()
     local p, err = json.pack { f = print }
     assert.is_nil(p)
     assert.equal("value.f is a function, which cannot be saved", err)
+    local arr = getmetatable(json.array())
+    local holes = { 1, 2, 3 }
+    holes[2] = nil
+    for _, v in ipairs { { a = holes }, { a = { 1, x = 2 } }, { [1.5] = true }, { [3] = "x" }, { 1, [0] = 0 } } do
+      assert.is_nil(core.pack.pack(json.null, arr, v))
+      assert.equal(select(2, json.encode(v)), select(2, json.pack(v)))
+    end
     local odd = setmetatable({ x = 1 }, { __index = function() return 0 end })
     local back = json.unpack(assert(json.pack(odd)))
     assert.same({ x = 1 }, back)
