@@ -113,9 +113,10 @@ function _M.save(run, plan, source, ran)
   }
   local md = { source = source, step = run.step, ran = ran }
   run.cp_parent = run.cp_id
-  writer.put(run, "put", writer.current_cfg(run), cp, md)
+  local got = writer.put(run, "put", writer.current_cfg(run), cp, md)
   if run.writer.mode ~= "exit" then run.saved_id = id end
   run.cp_id = id
+  if got then writer.adopt_cfg(run, got) end
   local sink = run.sink
   if sink and sink.modes.debug then
     events.emit(run, "debug", nil, nil, { type = "checkpoint", step = run.step, id = id,

@@ -17,7 +17,9 @@ are dropped.
 
   writer.new(saver, mode) -> w
   writer.put(run, op, cfg, a, b)     op "put" (checkpoint, metadata) or
-                                     "put_writes" (task id, writes)
+                                     "put_writes" (task id, writes); what
+                                     the saver returned when it was called
+                                     at once
   writer.save_writes(run, task_id, writes)
   (a saver's optional put_batch(list) takes a list of {op =, a =, b =, c =}
   in order: async and exit use it)
@@ -208,6 +210,15 @@ local function current_cfg(run)
 end
 _M.current_cfg = current_cfg
 
+-- got: what the saver's put of checkpoint run.cp_id returned. When it is
+-- the config current_cfg would make, it serves as that one.
+function _M.adopt_cfg(run, got)
+  if type(got) == "table" and got.checkpoint_id == run.cp_id and got.thread_id == run.thread_id and
+    got.checkpoint_ns == run.ns and got.head_id == nil then
+    run.cp_cfg = got
+  end
+end
+
 function _M.put(run, op, a, b, c)
   local w = run.writer
   if w.err then return end
@@ -225,6 +236,7 @@ function _M.put(run, op, a, b, c)
     -- would only add a queue and two task switches per write
     local ok, r1, r2 = pcall(saver[op], saver, a, b, c)
     if not ok or r1 == nil then failed(w, op, ok, r1, r2) end
+    if ok then return r1 end
   elseif mode == "sync" then
     saver_call(w, op, a, b, c)
   elseif mode == "async" then
