@@ -209,6 +209,33 @@ static int l_pack(lua_State *L) {
   return 1;
 }
 
+/* pack_pairs(null, array_mt, head, list) -> string | nil, i
+** head and list packed as pack(null, array_mt, head, list) packs them, once
+** each item 1..#list is a table whose [1] is a string (a {channel, value}
+** pair): else nil and the index of the first that is not. nil, 0: a value
+** pack does not take. */
+static int l_pack_pairs(lua_State *L) {
+  luaL_checkany(L, 1);
+  luaL_checktype(L, 2, LUA_TTABLE);
+  luaL_checkany(L, 3);
+  luaL_checktype(L, 4, LUA_TTABLE);
+  lua_settop(L, 4);
+  lua_Integer n = luaL_len(L, 4);
+  for (lua_Integer i = 1; i <= n; i++) {
+    int ok = lua_geti(L, 4, i) == LUA_TTABLE && lua_geti(L, -1, 1) == LUA_TSTRING;
+    lua_settop(L, 4);
+    if (!ok) {
+      lua_pushnil(L);
+      lua_pushinteger(L, i);
+      return 2;
+    }
+  }
+  if (pack_range(L, 3, 4, 1, 2) == 0) return 1;
+  lua_pushnil(L);
+  lua_pushinteger(L, 0);
+  return 2;
+}
+
 /* The function packer() makes: pack(value [, value...]) with its null and
 ** array marker as upvalues 1 and 2; what it does not take goes to upvalue
 ** 3, fallback(value [, value...]), whose results it returns. */
@@ -345,6 +372,7 @@ static int l_unpack(lua_State *L) {
 static const luaL_Reg pack_fns[] = {
   {"pack", l_pack},
   {"packer", l_packer},
+  {"pack_pairs", l_pack_pairs},
   {"unpack", l_unpack},
   {NULL, NULL},
 };

@@ -257,6 +257,7 @@ return function(name, make, env)
           "bad argument #1 to 'put_writes': config.checkpoint_id expected")
         assert.has_error(function() s:list({ thread_id = "t" }, { limit = 0 }) end,
           "bad argument #2 to 'list': limit must be a positive number")
+
       end)
     end)
   end)

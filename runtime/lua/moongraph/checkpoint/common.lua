@@ -62,6 +62,36 @@ end
 
 -- (a check per saver call: type() is a call of its own, so each field is
 -- read once and the usual "" namespace needs none)
+--[[ pack_writes(task_id, writes) -> the task id and its writes packed
+together (moongraph.json pack) | nil, err. Raises, as encode_writes does,
+when writes is not a list of {channel, value} pairs; an error names the
+channel and the task. ]]
+local ok_core, core = pcall(require, "moongraph.core")
+local pack_pairs = ok_core and type(core) == "table" and core.pack and core.pack.pack_pairs
+local array_mt = getmetatable(json.array())
+function _M.pack_writes(task_id, writes)
+  if type(writes) ~= "table" then
+    error("bad argument #3 to 'put_writes': list of {channel, value} expected, got " .. type(writes), 3)
+  end
+  local packed, bad = nil, 0
+  if pack_pairs then
+    packed, bad = pack_pairs(null, array_mt, task_id, writes)
+    if packed then return packed end
+  else
+    for i = 1, #writes do
+      local pair = writes[i]
+      if type(pair) ~= "table" or type(pair[1]) ~= "string" then bad = i break end
+    end
+  end
+  if bad > 0 then
+    error("bad argument #3 to 'put_writes': write " .. bad .. " is not a {channel, value} pair", 3)
+  end
+  -- the codec's copy of each pair, or the error naming the write
+  local list, err = _M.copy_writes(task_id, writes)
+  if not list then return nil, err end
+  return json.pack(task_id, list)
+end
+
 function _M.check_cfg(cfg, fname)
   if type(cfg) ~= "table" then
     error("bad argument #1 to '" .. fname .. "': config table expected, got " .. type(cfg), 3)

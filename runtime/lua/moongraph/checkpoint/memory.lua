@@ -75,22 +75,8 @@ end
 
 function saver:put_writes(cfg, task_id, writes)
   common.check_put_writes(cfg, task_id)
-  local packed = false
-  if type(writes) == "table" then
-    for i = 1, #writes do
-      local pair = writes[i]
-      if type(pair) ~= "table" or type(pair[1]) ~= "string" then
-        error("bad argument #3 to 'put_writes': write " .. i .. " is not a {channel, value} pair", 2)
-      end
-    end
-    packed = pack(task_id, writes)
-  end
-  if not packed then
-    -- the codec's copy of each pair, or the error naming the write
-    local list, err = common.copy_writes(task_id, writes)
-    if not list then return nil, err end
-    packed = pack(task_id, list)
-  end
+  local packed, err = common.pack_writes(task_id, writes)
+  if not packed then return nil, err end
   local writes_of = space(self, cfg, true).writes
   local id = cfg.checkpoint_id
   local w = writes_of[id]
