@@ -1,10 +1,10 @@
 --[[
 moongraph.checkpoint.memory — an in-process checkpoint saver.
 
-Keeps checkpoints and pending writes in Lua tables for the life of the
-process. Each checkpoint with its metadata, and each task's writes, are
-kept packed (moongraph.json pack: one string each), so nothing a caller holds
-is shared with the store, and get hands out new tables equal to what the
+Keeps checkpoints and pending writes for the life of the process. Each
+checkpoint with its metadata, and each task's writes, are kept packed
+(moongraph.json pack: one string each), so nothing a caller holds is
+shared with the store, and get hands out new tables equal to what the
 JSON codec would give back (integers and floats kept apart, empty arrays
 marked, unsavable values refused with their path): a graph that works with
 this saver works with the file, Redis and Postgres savers too.
