@@ -3,7 +3,7 @@
 **
 ** Gathers the runtime's sub-modules into one table: core.loop, core.sse,
 ** core.http, core.redis, core.pg, core.store, core.signal, core.process, core.json,
-** core.server. Sub-modules are referenced weakly, so a build that leaves one
+** core.pack, core.server. Sub-modules are referenced weakly, so a build that leaves one
 ** out still links; the Lua side reports a missing one clearly when it is
 ** required.
 */
@@ -17,6 +17,7 @@
 #pragma weak mg_open_signal
 #pragma weak mg_open_process
 #pragma weak mg_open_json
+#pragma weak mg_open_pack
 #pragma weak mg_open_server
 
 void mg_register_class(lua_State *L, const char *name, const luaL_Reg *methods,
@@ -49,6 +50,7 @@ int luaopen_moongraph_core(lua_State *L) {
     {"signal", mg_open_signal},
     {"process", mg_open_process},
     {"json", mg_open_json},
+    {"pack", mg_open_pack},
     {"bytes", mg_open_bytes},
     {"codepoints", mg_open_codepoints},
     {"server", mg_open_server},

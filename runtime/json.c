@@ -1,6 +1,7 @@
 /*
 ** json.c — core.json.encode: the checkpoint JSON encoder of moongraph.json,
-** in C.
+** in C; and core.json.copy: the copy encode then decode would give, made
+** without the text.
 **
 ** It writes exactly the bytes the Lua encoder (moongraph.json) writes, for
 ** every value it accepts: integers as %lld, floats as the shortest of %.14g
@@ -259,8 +260,136 @@ static int l_encode(lua_State *L) {
   return 1;
 }
 
+/* copy: the value decode(encode(v)) gives, built without the text. The
+** same values are accepted as by encode; the copy shares nothing with v
+** (the null sentinel aside): tables are new, a table met twice is copied
+** twice, and only an empty table with the array marker keeps the marker
+** (decode marks the empty arrays it reads). */
+typedef struct {
+  lua_State *L;
+  int null_idx, array_idx;
+  int depth;
+  const void *path[MAX_DEPTH + 1];
+} copy_t;
+
+static int copy_value(copy_t *c, int idx);
+
+/* The copy of the table at idx (absolute) pushed: 0, or -1 (nothing pushed). */
+static int copy_table(copy_t *c, int idx) {
+  lua_State *L = c->L;
+  const void *me = lua_topointer(L, idx);
+  for (int i = 0; i < c->depth; i++)
+    if (c->path[i] == me) return -1;
+  if (c->depth >= MAX_DEPTH || !lua_checkstack(L, 8)) return -1;
+  int is_array_mt = 0;
+  if (lua_getmetatable(L, idx)) {
+    is_array_mt = lua_rawequal(L, -1, c->array_idx);
+    lua_pop(L, 1);
+    if (!is_array_mt) return -1;
+  }
+  /* the shape, as encode_table checks it: string keys only, or a list */
+  lua_Integer len = (lua_Integer)lua_rawlen(L, idx);
+  size_t count = 0, nkeys = 0;
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    count++;
+    int kt = lua_type(L, -2);
+    if (kt == LUA_TSTRING) {
+      nkeys++;
+    } else if (!(kt == LUA_TNUMBER && lua_isinteger(L, -2) && lua_tointeger(L, -2) >= 1 &&
+                 lua_tointeger(L, -2) <= len)) {
+      lua_pop(L, 2);
+      return -1;
+    }
+    lua_pop(L, 1);
+  }
+  if (nkeys && nkeys != count) return -1;
+  if (!nkeys && count && (lua_Integer)count != len) return -1;
+  c->path[c->depth++] = me;
+  int rc = 0;
+  if (nkeys) {
+    lua_createtable(L, 0, (int)nkeys);
+    int out = lua_gettop(L);
+    lua_pushnil(L);
+    while (rc == 0 && lua_next(L, idx)) {
+      rc = copy_value(c, lua_gettop(L));
+      if (rc == 0) {
+        lua_pushvalue(L, -3);      /* key */
+        lua_insert(L, -2);
+        lua_rawset(L, out);
+      }
+      lua_pop(L, 1);               /* the original value; the key stays for lua_next */
+    }
+    if (rc < 0) lua_settop(L, out - 1);
+  } else if (count == 0) {
+    lua_createtable(L, 0, 0);
+    if (is_array_mt) {
+      lua_pushvalue(L, c->array_idx);
+      lua_setmetatable(L, -2);
+    }
+  } else {
+    lua_createtable(L, (int)len, 0);
+    int out = lua_gettop(L);
+    for (lua_Integer i = 1; i <= len && rc == 0; i++) {
+      lua_rawgeti(L, idx, i);
+      rc = copy_value(c, lua_gettop(L));
+      if (rc == 0) lua_rawseti(L, out, i);
+      lua_pop(L, 1);
+    }
+    if (rc < 0) lua_settop(L, out - 1);
+  }
+  c->depth--;
+  return rc;
+}
+
+/* The copy of the value at idx (absolute) pushed: 0, or -1 (nothing pushed). */
+static int copy_value(copy_t *c, int idx) {
+  lua_State *L = c->L;
+  switch (lua_type(L, idx)) {
+    case LUA_TSTRING:
+    case LUA_TBOOLEAN:
+      lua_pushvalue(L, idx);
+      return 0;
+    case LUA_TNUMBER:
+      if (!lua_isinteger(L, idx)) {
+        lua_Number v = lua_tonumber(L, idx);
+        if (isnan(v) || isinf(v)) return -1;
+      }
+      lua_pushvalue(L, idx);
+      return 0;
+    case LUA_TTABLE:
+      if (lua_rawequal(L, idx, c->null_idx)) { lua_pushvalue(L, idx); return 0; }
+      return copy_table(c, idx);
+    default:
+      if (lua_rawequal(L, idx, c->null_idx)) { lua_pushvalue(L, idx); return 0; }
+      return -1;
+  }
+}
+
+/* copy(value, null, array_mt) -> true, copy | false
+** false: a value encode leaves to the Lua encoder (moongraph.json then
+** copies it through the text, or names what cannot be saved). */
+static int l_copy(lua_State *L) {
+  luaL_checkany(L, 2);
+  luaL_checktype(L, 3, LUA_TTABLE);
+  lua_settop(L, 3);
+  copy_t cc, *c = &cc;
+  c->L = L;
+  c->null_idx = 2;
+  c->array_idx = 3;
+  c->depth = 0;
+  lua_pushboolean(L, 1);
+  int rc = copy_value(c, 1);
+  if (rc < 0) {
+    lua_pushboolean(L, 0);
+    return 1;
+  }
+  return 2;
+}
+
 static const luaL_Reg json_fns[] = {
   {"encode", l_encode},
+  {"copy", l_copy},
   {NULL, NULL},
 };
 

@@ -85,6 +85,7 @@ int mg_open_redis(lua_State *L);
 int mg_open_pg(lua_State *L);
 int mg_open_store(lua_State *L);
 int mg_open_json(lua_State *L);
+int mg_open_pack(lua_State *L);
 int mg_open_bytes(lua_State *L);
 int mg_open_codepoints(lua_State *L);
 int mg_open_signal(lua_State *L);

@@ -24,6 +24,30 @@ for _, kind in ipairs { "memory", "file" } do
       return G.checkpoint.file(tmp.dir("saver"))
     end
 
+    it("keeps each checkpoint as it was saved when nodes later change tables they returned or read", function()
+      local g = G.new { items = R.append }
+      local kept
+      g:add_node("a", function() kept = { "a1" } return { list = kept, items = "a" } end)
+      g:add_node("b", function(s)
+        kept[2] = "changed by b"          -- a table node a returned
+        s.items[#s.items + 1] = "sneaked"  -- the state b was given
+        return { items = "b" }
+      end)
+      g:add_edge(START, "a"):add_edge("a", "b"):add_edge("b", END)
+      local app = g:compile { checkpointer = saver() }
+      run(function()
+        local out = assert(app:invoke({ items = {} }, { thread_id = "t" }))
+        out.items[1] = "changed by the caller"
+        out.list[1] = "changed by the caller"
+        local h = app:history { thread_id = "t" }
+        assert.equal(3, #h)
+        assert.same({ list = { "a1" }, items = { "a" } }, h[2].values)
+        assert.same({}, h[3].values.items)
+        assert.same({ "a", "sneaked", "b" }, h[1].values.items)
+        assert.same({ "a1", "changed by b" }, h[1].values.list)
+      end)
+    end)
+
     it("saves a checkpoint after every superstep", function()
       local app = linear(saver())
       run(function()

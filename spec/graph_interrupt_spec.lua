@@ -21,6 +21,30 @@ describe("interrupts", function()
     return g:compile { checkpointer = G.checkpoint.memory() }
   end
 
+  it("mg.interrupt works in a node that takes no ctx, also after a graph it invokes", function()
+    local inner = G.new()
+    inner:add_node("a", function(_, ctx) return { said = ctx.node } end)   -- a node with a ctx
+    inner:add_node("b", function(s) return { said = s.said .. "+b" } end)  -- and one without
+    inner:add_edge(START, "a"):add_edge("a", "b")
+    local inner_app = inner:compile { checkpointer = G.checkpoint.memory() }
+    local g = G.new()
+    g:add_node("first", function()
+      local a = mg.interrupt("first?")
+      local out = inner_app:invoke({}, { thread_id = "inner" })
+      return { a = a, b = mg.interrupt("second?"), inner = out.said }
+    end)
+    g:add_edge(START, "first")
+    local app = g:compile { checkpointer = G.checkpoint.memory() }
+    run(function()
+      local out = app:invoke({}, { thread_id = "n" })
+      assert.same({ "first?", "first" }, { out.__interrupt__[1].value, out.__interrupt__[1].node })
+      out = app:invoke(Command { resume = 1 }, { thread_id = "n" })
+      assert.same({ "second?", "first" }, { out.__interrupt__[1].value, out.__interrupt__[1].node })
+      out = app:invoke(Command { resume = 2 }, { thread_id = "n" })
+      assert.same({ a = 1, b = 2, inner = "a+b" }, out)
+    end)
+  end)
+
   it("ctx.interrupt pauses the run and returns the value under __interrupt__", function()
     local counter = {}
     local app = approval_graph(counter)

@@ -36,6 +36,35 @@ return function(name, make, env)
       end)
     end)
 
+    it("stores the data, not the tables: changes made after put or to what get returned do not show", function()
+      with_saver(function(s)
+        local values = { list = { 1, 2 }, map = { a = { deep = "x" } } }
+        local meta = { source = "loop", ran = { "a" } }
+        local c = assert(s:put({ thread_id = "t" }, cp("0001", values), meta))
+        local update = { 3 }
+        local writes = { { "list", update } }
+        assert(s:put_writes(c, "1:a", writes))
+        values.list[3] = "later"
+        values.map.a.deep = "changed"
+        values.extra = true
+        meta.ran[1] = "b"
+        update[1] = "changed"
+        writes[1][1] = "other"
+        local got = s:get { thread_id = "t" }
+        assert.same({ list = { 1, 2 }, map = { a = { deep = "x" } } }, got.checkpoint.values)
+        assert.same({ "a" }, got.metadata.ran)
+        assert.same({ { "1:a", "list", { 3 } } }, got.pending_writes)
+        got.checkpoint.values.list[1] = "mutated"
+        got.metadata.ran[1] = "mutated"
+        got.pending_writes[1][3][1] = "mutated"
+        local again = s:get { thread_id = "t" }
+        assert.same({ 1, 2 }, again.checkpoint.values.list)
+        assert.same({ "a" }, again.metadata.ran)
+        assert.same({ { "1:a", "list", { 3 } } }, again.pending_writes)
+        assert.same({ 1, 2 }, s:list({ thread_id = "t" })[1].checkpoint.values.list)
+      end)
+    end)
+
     it("get returns nil for an unknown thread or checkpoint", function()
       with_saver(function(s)
         assert.is_nil(s:get { thread_id = "none" })
@@ -56,6 +85,11 @@ return function(name, make, env)
           { "1:a", "__route__", { "c" } },
           { "1:b", "x", 2 },
         }, tup.pending_writes)
+        -- a checkpoint with one task's writes, written twice
+        local c2 = assert(s:put(c, cp("0002", {}, 1), {}))
+        assert.is_true(s:put_writes(c2, "2:a", { { "x", 1 } }))
+        assert.is_true(s:put_writes(c2, "2:a", { { "x", 3 } }))
+        assert.same({ { "2:a", "x", 3 } }, s:get({ thread_id = "t" }).pending_writes)
       end)
     end)
 
@@ -223,6 +257,7 @@ return function(name, make, env)
           "bad argument #1 to 'put_writes': config.checkpoint_id expected")
         assert.has_error(function() s:list({ thread_id = "t" }, { limit = 0 }) end,
           "bad argument #2 to 'list': limit must be a positive number")
+
       end)
     end)
   end)

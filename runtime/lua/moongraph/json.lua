@@ -394,11 +394,62 @@ function _M.decode(s)
 end
 
 --[[ copy(value) -> a deep copy made through the codec (what a saver hands
-back), or nil, err when the value cannot be saved. ]]
+back), or nil, err when the value cannot be saved: the value
+decode(encode(value)) gives, made in C without the text when the C encoder
+takes the value. ]]
+local c_copy = ok_core and type(core) == "table" and core.json and core.json.copy or nil
 function _M.copy(v)
+  if c_copy then
+    local ok, c = c_copy(v, null, array_mt)
+    if ok then return c end
+  end
   local s, err = _M.encode(v)
   if not s then return nil, err end
-  return (_M.decode(s))
+  return _M.decode(s)
+end
+
+--[[ pack(value [, value...]) -> packed | nil, err, and unpack(packed) ->
+the values: values kept aside in a form of their own. unpack gives, each
+time, new tables equal to what copy(value) gives; nothing done to a value
+after pack shows. The form is one string (moongraph.core.pack) when the
+core module is there: a store of many values then holds strings, which the
+collector does not walk. ]]
+local core_pack = ok_core and type(core) == "table" and core.pack or nil
+if core_pack then
+  local c_pack, c_unpack = core_pack.pack, core_pack.unpack
+  -- what C does not take: through the codec (or its error)
+  local function pack_copies(...)
+    local n = select("#", ...)
+    local copies = { ... }
+    for i = 1, n do
+      local c, err = _M.copy(copies[i])
+      if c == nil then return nil, err end
+      copies[i] = c
+    end
+    return c_pack(null, array_mt, table.unpack(copies, 1, n)) or
+      error("json.pack: the codec's copy cannot be packed", 2)
+  end
+  _M.pack = core_pack.packer(null, array_mt, pack_copies)
+  function _M.unpack(s)
+    return c_unpack(s, null, array_mt)
+  end
+else
+  -- without the core module: a list of copies
+  function _M.pack(...)
+    local n = select("#", ...)
+    local copies = { n = n, ... }
+    for i = 1, n do
+      local c, err = _M.copy(copies[i])
+      if c == nil then return nil, err end
+      copies[i] = c
+    end
+    return copies
+  end
+  function _M.unpack(p)
+    local out = {}
+    for i = 1, p.n do out[i] = _M.copy(p[i]) end
+    return table.unpack(out, 1, p.n)
+  end
 end
 
 return _M

@@ -30,18 +30,85 @@ function _M.encode_writes(task_id, writes, indent)
   return "[" .. (indent and "\n  " or "") .. table_concat(parts, sep) .. (indent and "\n]" or "]")
 end
 
+--[[ copy_writes(task_id, writes) -> list of {channel, value} copies | nil, err
+What decoding encode_writes' text gives (a nil value comes back as null),
+made without the text; an error names the channel and the task as
+encode_writes' does. ]]
+local copy, null = json.copy, json.null
+function _M.copy_writes(task_id, writes)
+  if type(writes) ~= "table" then
+    error("bad argument #3 to 'put_writes': list of {channel, value} expected, got " .. type(writes), 3)
+  end
+  local out = {}
+  for i = 1, #writes do
+    local pair = writes[i]
+    if type(pair) ~= "table" or type(pair[1]) ~= "string" then
+      error("bad argument #3 to 'put_writes': write " .. i .. " is not a {channel, value} pair", 3)
+    end
+    local v, err = pair[2], nil
+    if v == nil then
+      v = null
+    else
+      v, err = copy(v)
+      if v == nil then
+        local _, eerr = _M.encode_writes(task_id, writes)
+        return nil, eerr or err
+      end
+    end
+    out[i] = { pair[1], v }
+  end
+  return out
+end
+
+-- (a check per saver call: type() is a call of its own, so each field is
+-- read once and the usual "" namespace needs none)
+--[[ pack_writes(task_id, writes) -> the task id and its writes packed
+together (moongraph.json pack) | nil, err. Raises, as encode_writes does,
+when writes is not a list of {channel, value} pairs; an error names the
+channel and the task. ]]
+local ok_core, core = pcall(require, "moongraph.core")
+local pack_pairs = ok_core and type(core) == "table" and core.pack and core.pack.pack_pairs
+local array_mt = getmetatable(json.array())
+function _M.pack_writes(task_id, writes)
+  if type(writes) ~= "table" then
+    error("bad argument #3 to 'put_writes': list of {channel, value} expected, got " .. type(writes), 3)
+  end
+  local packed, bad = nil, 0
+  if pack_pairs then
+    packed, bad = pack_pairs(null, array_mt, task_id, writes)
+    if packed then return packed end
+  else
+    for i = 1, #writes do
+      local pair = writes[i]
+      if type(pair) ~= "table" or type(pair[1]) ~= "string" then bad = i break end
+    end
+  end
+  if bad > 0 then
+    error("bad argument #3 to 'put_writes': write " .. bad .. " is not a {channel, value} pair", 3)
+  end
+  -- the codec's copy of each pair, or the error naming the write
+  local list, err = _M.copy_writes(task_id, writes)
+  if not list then return nil, err end
+  return json.pack(task_id, list)
+end
+
 function _M.check_cfg(cfg, fname)
   if type(cfg) ~= "table" then
     error("bad argument #1 to '" .. fname .. "': config table expected, got " .. type(cfg), 3)
   end
-  if cfg.thread_id == nil then
-    error("bad argument #1 to '" .. fname .. "': config.thread_id is required", 3)
+  local thread_id = cfg.thread_id
+  if type(thread_id) ~= "string" then
+    if thread_id == nil then
+      error("bad argument #1 to '" .. fname .. "': config.thread_id is required", 3)
+    end
+    cfg.thread_id = tostring(thread_id)
   end
-  if type(cfg.thread_id) ~= "string" then cfg.thread_id = tostring(cfg.thread_id) end
-  if cfg.checkpoint_ns ~= nil and type(cfg.checkpoint_ns) ~= "string" then
+  local ns = cfg.checkpoint_ns
+  if ns ~= nil and ns ~= "" and type(ns) ~= "string" then
     error("bad argument #1 to '" .. fname .. "': config.checkpoint_ns must be a string", 3)
   end
-  if cfg.checkpoint_id ~= nil and type(cfg.checkpoint_id) ~= "string" then
+  local id = cfg.checkpoint_id
+  if id ~= nil and type(id) ~= "string" then
     error("bad argument #1 to '" .. fname .. "': config.checkpoint_id must be a string", 3)
   end
 end
@@ -57,7 +124,7 @@ end
 -- The arguments of put_writes(cfg, task_id, writes) other than the writes.
 function _M.check_put_writes(cfg, task_id)
   _M.check_cfg(cfg, "put_writes")
-  if type(cfg.checkpoint_id) ~= "string" then
+  if cfg.checkpoint_id == nil then
     error("bad argument #1 to 'put_writes': config.checkpoint_id expected", 3)
   end
   if type(task_id) ~= "string" then

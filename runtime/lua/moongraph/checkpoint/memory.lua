@@ -1,10 +1,13 @@
 --[[
 moongraph.checkpoint.memory — an in-process checkpoint saver.
 
-Keeps checkpoints and pending writes in Lua tables for the life of the
-process. Everything is stored in its JSON form (moongraph.json),
-so a graph that works with this saver works with the file, Redis and
-Postgres savers too, and callers never share tables with the store.
+Keeps checkpoints and pending writes for the life of the process. Each
+checkpoint with its metadata, and each task's writes, are kept packed
+(moongraph.json pack: one string each), so nothing a caller holds is
+shared with the store, and get hands out new tables equal to what the
+JSON codec would give back (integers and floats kept apart, empty arrays
+marked, unsavable values refused with their path): a graph that works with
+this saver works with the file, Redis and Postgres savers too.
 Implements the saver interface described in docs/checkpoints.md.
 ]]
 
@@ -13,6 +16,9 @@ local table_sort = table.sort
 
 local json = require "moongraph.json"
 local common = require "moongraph.checkpoint.common"
+
+local pack, unpack, null = json.pack, json.unpack, json.null
+local EMPTY = {}
 
 local _M = {}
 local saver = {}
@@ -35,6 +41,9 @@ local function space(self, cfg, create)
   local ns = cfg.checkpoint_ns or ""
   local s = thread[ns]
   if not s and create then
+    -- per checkpoint id: its checkpoint, metadata and parent id (false:
+    -- none) packed together, and its tasks' writes, each packed with its
+    -- task id: one task's string, or a table of them by task id
     s = { ids = {}, items = {}, writes = {} }
     thread[ns] = s
   end
@@ -43,60 +52,77 @@ end
 
 function saver:put(cfg, checkpoint, metadata)
   common.check_put(cfg, checkpoint)
-  local cp, md = common.encode_checkpoint(checkpoint, metadata)
-  if not cp then return nil, md end   -- md is the error
+  local packed = pack(checkpoint, metadata or EMPTY, cfg.checkpoint_id or false)
+  if not packed then
+    local _, err = common.encode_checkpoint(checkpoint, metadata)
+    return nil, err
+  end
   local s = space(self, cfg, true)
   local id = checkpoint.id
-  local latest = s.ids[#s.ids]
+  local ids = s.ids
+  local latest = ids[#ids]
   local want = common.expected(cfg)
   if latest ~= nil and latest ~= want and latest ~= id then
     return nil, common.conflict_error(cfg.thread_id, cfg.checkpoint_ns or "", want, latest)
   end
   if not s.items[id] then
-    local ids = s.ids
     ids[#ids + 1] = id
     if ids[#ids - 1] and ids[#ids - 1] > id then table_sort(ids) end
   end
-  s.items[id] = { cp = cp, md = md, parent = cfg.checkpoint_id }
+  s.items[id] = packed
   return { thread_id = cfg.thread_id, checkpoint_ns = cfg.checkpoint_ns or "", checkpoint_id = id }
 end
 
 function saver:put_writes(cfg, task_id, writes)
   common.check_put_writes(cfg, task_id)
-  local enc, err = common.encode_writes(task_id, writes)
-  if not enc then return nil, err end
-  local s = space(self, cfg, true)
-  local w = s.writes[cfg.checkpoint_id]
-  if not w then
-    w = {}
-    s.writes[cfg.checkpoint_id] = w
+  local packed, err = common.pack_writes(task_id, writes)
+  if not packed then return nil, err end
+  local writes_of = space(self, cfg, true).writes
+  local id = cfg.checkpoint_id
+  local w = writes_of[id]
+  if w == nil then
+    writes_of[id] = packed
+  elseif type(w) == "string" then
+    local first = unpack(w)
+    writes_of[id] = first == task_id and packed or { [first] = w, [task_id] = packed }
+  else
+    w[task_id] = packed
   end
-  w[task_id] = enc
   return true
 end
 
 local function tuple(cfg, s, id)
   local item = s.items[id]
   if not item then return nil end
+  local checkpoint, metadata, parent = unpack(item)
   local ns = cfg.checkpoint_ns or ""
   local pending = {}
   local w = s.writes[id]
+  if type(w) == "string" then w = { w } end
   if w then
-    local tasks = {}
-    for task_id in pairs(w) do tasks[#tasks + 1] = task_id end
+    local tasks, by_task = {}, {}
+    for _, packed in pairs(w) do
+      local task_id, list = unpack(packed)
+      tasks[#tasks + 1] = task_id
+      by_task[task_id] = list
+    end
     table_sort(tasks)
     for _, task_id in ipairs(tasks) do
-      for _, pair in ipairs(json.decode(w[task_id])) do
-        pending[#pending + 1] = { task_id, pair[1], pair[2] }
+      local list = by_task[task_id]
+      for i = 1, #list do
+        local pair = list[i]
+        local v = pair[2]
+        if v == nil then v = null end
+        pending[#pending + 1] = { task_id, pair[1], v }
       end
     end
   end
   return {
     config = { thread_id = cfg.thread_id, checkpoint_ns = ns, checkpoint_id = id },
-    checkpoint = json.decode(item.cp),
-    metadata = json.decode(item.md),
-    parent_config = item.parent and
-      { thread_id = cfg.thread_id, checkpoint_ns = ns, checkpoint_id = item.parent } or nil,
+    checkpoint = checkpoint,
+    metadata = metadata,
+    parent_config = parent and
+      { thread_id = cfg.thread_id, checkpoint_ns = ns, checkpoint_id = parent } or nil,
     pending_writes = pending,
   }
 end

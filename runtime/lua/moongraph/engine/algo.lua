@@ -122,11 +122,16 @@ finished task (and of the caller's Command), deferred nodes once nothing
 else is left. run.step is the step just done. ]]
 function _M.plan_next(run, tasks, results, cmd)
   local nodes = run.nodes
-  if not tasks[2] and not cmd and not run.observed and not run.deferred then
+  if not tasks[2] and not cmd and not run.deferred then
     local res = results[1]
     if res.status == "done" and not res.route and not res.sends then
       local sp = single_plan(nodes, nodes[tasks[1].node])
-      if sp then return sp end
+      if sp then
+        if not run.observed or sp == EMPTY then return sp end
+        -- the same plan with a task id: a table of this run's own
+        local name = sp[1].node
+        return { { node = name, id = task_id(run.step + 1, name) } }
+      end
     end
   end
   local pulls, pushes, seen = {}, nil, nil
@@ -326,7 +331,8 @@ function _M.apply_writes(run, tasks, results, cmd)
     end
   end
   if copy then
-    -- old snapshots are still referenced (checkpoints, stream events)
+    -- old snapshots are still referenced (stream events, a checkpoint
+    -- kept for the end of the run)
     new = {}
     for k, v in pairs(run.values) do new[k] = v end
   else
@@ -404,21 +410,27 @@ end
 ---------------------------------------------------------------------------
 -- a task's result as pending writes (what a saver keeps of a finished task)
 
+local function by_channel(a, b) return a[1] < b[1] end
+
 --[[ to_writes(res [, resume]) -> list of {channel, value}
 The state update by key (sorted), then the engine's channels: __route__,
 __send__, __ran__, __failed__, __chain__ (a fallback chain's failures),
 __attempts__ (when more than one), or __interrupt__ (with __resume__) or
 __error__. A resumed run reads its earlier tasks' records back from these. ]]
 function _M.to_writes(res, resume)
-  local w = {}
+  local w = { nil, nil }   -- room for the usual few
   local st = res.status
   if st == "done" then
     local up = res.update
     if up then
-      local keys = {}
-      for k in pairs(up) do keys[#keys + 1] = k end
-      table_sort(keys)
-      for i, k in ipairs(keys) do w[i] = { k, up[k] } end
+      local n = 0
+      for k, v in pairs(up) do n = n + 1; w[n] = { k, v } end
+      if n == 2 then
+        -- the usual pair of keys: no sort call, no comparator calls
+        if w[2][1] < w[1][1] then w[1], w[2] = w[2], w[1] end
+      elseif n > 2 then
+        table_sort(w, by_channel)
+      end
     end
     if res.route then w[#w + 1] = { "__route__", res.route } end
     if res.sends then

@@ -19,7 +19,7 @@ creation order even across processes and clock steps.
 local type, pairs, ipairs, next, tonumber, pcall = type, pairs, ipairs, next, tonumber, pcall
 local table_sort = table.sort
 local string_format = string.format
-local math_floor, os_time, os_date = math.floor, os.time, os.date
+local os_time, os_date = os.time, os.date
 
 local tasks = require "moongraph.tasks"
 local algo = require "moongraph.engine.algo"
@@ -30,30 +30,65 @@ local _M = {}
 
 local wall0, mono0, last_int = nil, nil, 0
 
--- new_id(run) -> a checkpoint id above run.last_id and every id made here
+-- new_id(run) -> a checkpoint id above run.last_id and every id made here,
+-- and its creation time in milliseconds since the epoch
 function _M.new_id(run)
   local now = tasks.now()
   if not wall0 then wall0, mono0 = os_time() * 1000, now end
-  local v = (wall0 + math_floor((now - mono0) * 1000)) * 1024
+  local ms = wall0 + ((now - mono0) * 1000 // 1 | 0)   -- floor, as an integer
+  local v = ms * 1024
   if v <= last_int then v = last_int + 1 end
-  local after = run.last_id and tonumber(run.last_id, 16)
-  if after and v <= after then v = after + 1 end
+  local after = run.last_id
+  -- an id made here is below last_int already: only another's is read
+  if after and after ~= run.own_id then
+    after = tonumber(after, 16)
+    if after and v <= after then v = after + 1 end
+  end
   last_int = v
   local id = string_format("%016x", v)
-  run.last_id = id
-  return id
+  run.last_id, run.own_id = id, id
+  return id, ms
+end
+
+-- the UTC time as checkpoints show it, formatted once per second
+local ts_second, ts_text = nil, nil
+local function timestamp(ms)
+  local t = ms // 1000
+  if t ~= ts_second then ts_second, ts_text = t, os_date("!%Y-%m-%dT%H:%M:%SZ", t) end
+  return ts_text
+end
+
+--[[ shared_list(run, node, which) -> the `next` list {{node = node}}
+(which "next") or the metadata `ran` list {node} (which "ran") of a step
+with that one task, made once per node. Only for runs without a stream,
+where these tables go to the saver alone (which copies what it keeps and
+never writes into what it is given). ]]
+function _M.shared_list(run, node, which)
+  local spec = run.nodes[node]
+  local lists = spec.saved_lists
+  if not lists then
+    lists = { next = { { node = node } }, ran = { node } }
+    spec.saved_lists = lists
+  end
+  return lists[which]
 end
 
 --[[ save(run, plan, source, ran)
 A checkpoint of the run's state before `plan`, parented on run.cp_id;
 metadata {source = "input"|"loop"|"update", step, ran = node names}. ]]
 function _M.save(run, plan, source, ran)
-  local next_list = {}
-  for i, t in ipairs(plan) do
-    if t.send then
-      next_list[i] = { node = t.node, send = t.send, arg = t.arg }
-    else
-      next_list[i] = { node = t.node }
+  local next_list
+  local only = not plan[2] and plan[1]
+  if only and not only.send and not run.sink then
+    next_list = _M.shared_list(run, only.node, "next")
+  else
+    next_list = {}
+    for i, t in ipairs(plan) do
+      if t.send then
+        next_list[i] = { node = t.node, send = t.send, arg = t.arg }
+      else
+        next_list[i] = { node = t.node }
+      end
     end
   end
   local barriers, deferred = nil, nil
@@ -71,16 +106,17 @@ function _M.save(run, plan, source, ran)
     for n in pairs(run.deferred) do deferred[#deferred + 1] = n end
     table_sort(deferred)
   end
-  local id = _M.new_id(run)
+  local id, ms = _M.new_id(run)
   local cp = {
-    v = 1, id = id, ts = os_date("!%Y-%m-%dT%H:%M:%SZ"), step = run.step, values = run.values,
+    v = 1, id = id, ts = timestamp(ms), step = run.step, values = run.values,
     next = next_list, barriers = barriers, deferred = deferred,
   }
   local md = { source = source, step = run.step, ran = ran }
   run.cp_parent = run.cp_id
-  writer.put(run, "put", writer.cfg(run, run.cp_id), cp, md)
+  local got = writer.put(run, "put", writer.current_cfg(run), cp, md)
   if run.writer.mode ~= "exit" then run.saved_id = id end
   run.cp_id = id
+  if got then writer.adopt_cfg(run, got) end
   local sink = run.sink
   if sink and sink.modes.debug then
     events.emit(run, "debug", nil, nil, { type = "checkpoint", step = run.step, id = id,

@@ -255,8 +255,10 @@ end
 
 function _M.run_of(ctx) return rawget(ctx, RUN) end
 
--- the ctx of the node each task is running (weak: a finished task's goes)
+-- the ctx of the node each task is running (weak: a finished task's goes),
+-- or the plan entry of a node bound by bind_later, whose run is in later_run
 local current = setmetatable({}, { __mode = "k" })
+local later_run = setmetatable({}, { __mode = "k" })
 
 -- bind(ctx) -> task, before: ctx is current in the running task until
 -- unbind(task, before) (a task cancelled meanwhile takes its entry along)
@@ -268,14 +270,35 @@ function _M.bind(ctx)
   return task, before
 end
 
-function _M.unbind(task, before)
-  if task then current[task] = before end
+function _M.unbind(task, before, before_run)
+  if task then
+    current[task] = before
+    if before_run ~= nil then later_run[task] = before_run end
+  end
+end
+
+--[[ bind_later(run, t) -> task, before, before_run: as bind, for a node
+that takes no ctx: its ctx is made only if current() is asked for it
+(mg.interrupt, an LLM call). unbind(task, before, before_run) ends it. ]]
+function _M.bind_later(run, t)
+  local task = tasks.current()
+  if not task then return nil end
+  local before, before_run = current[task], later_run[task]
+  current[task] = t
+  later_run[task] = run
+  return task, before, before_run or false
 end
 
 -- current() -> the ctx of the node the running task is running, or nil
 function _M.current()
   local task = tasks.current()
-  return task and current[task] or nil
+  local c = task and current[task]
+  if c and getmetatable(c) ~= mt then
+    -- bound by bind_later: the task's plan entry, its ctx made now
+    c = _M.new(later_run[task], c)
+    current[task] = c
+  end
+  return c or nil
 end
 
 -- token_sink() -> ctx.stream_token of the current node when its run is

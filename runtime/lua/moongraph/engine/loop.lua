@@ -10,10 +10,13 @@ A run context (`run`) holds everything one run, or one subgraph run, needs:
   app, nodes, reducers, cfg, ns, limit, root      the graph and the caller's config
   values, step, barriers, deferred, records       the state of the run
   saver, writer, thread_id, exit                  persistence (saver nil: none)
-  cp_id, saved_id, last_id                        the checkpoint chain
+  cp_id, saved_id, last_id, own_id, cp_cfg        the checkpoint chain (own_id:
+                                                  the last id this run made;
+                                                  cp_cfg: writer.current_cfg)
   sink, trace                                     streaming and tracing (or nil)
-  copy_on_write   old state snapshots stay referenced (saver, stream): the
-                  barrier copies the state instead of updating it in place
+  copy_on_write   old state snapshots stay referenced (stream, durability
+                  exit): the barrier copies the state instead of updating it
+                  in place
   observed        something records tasks (saver, stream, trace): task ids,
                   stream events and trace spans are made
   records_kept    the run keeps task records (observed, or a node or router
@@ -54,8 +57,11 @@ local EMPTY_STATE = setmetatable({}, { __newindex = function()
 -- run contexts
 
 local function observe(run)
-  run.copy_on_write = (run.saver or run.sink) and true or false
-  run.observed = (run.copy_on_write or run.trace) and true or false
+  -- a saver takes the data of a checkpoint when it is given it (or the
+  -- async writer copies it then); only a stream's events and the latest
+  -- checkpoint kept for the end under durability exit hold on to the state
+  run.copy_on_write = (run.sink or run.exit) and true or false
+  run.observed = (run.saver or run.sink or run.trace) and true or false
   run.records_kept = run.observed or run.app.records_seen
 end
 
@@ -68,7 +74,7 @@ local function new_run(app, cfg, parent, ns, sink, trace)
     values = nil, step = -1, root = not parent, records = nil,
     saver = nil, writer = nil, thread_id = nil, exit = nil,
     sink = sink, trace = trace, copy_on_write = false, observed = false, records_kept = false,
-    cp_id = nil, cp_parent = nil, saved_id = nil, last_id = nil,
+    cp_id = nil, cp_parent = nil, saved_id = nil, last_id = nil, own_id = nil, cp_cfg = nil,
     barriers = nil, deferred = nil, results = nil, inline_res = nil, store = nil,
     saved_writes = nil, loop = _M,
   }
@@ -213,12 +219,17 @@ local function loop(run, plan, results, cmd, skip_before)
     end
     local nextp = algo.plan_next(run, plan, results, cmd)
     if run.saver then
-      local ran = {}
-      for i, t in ipairs(plan) do ran[i] = t.node end
+      local ran
+      if not plan[2] and not run.sink then
+        ran = checkpoint.shared_list(run, plan[1].node, "ran")
+      else
+        ran = {}
+        for i, t in ipairs(plan) do ran[i] = t.node end
+      end
       checkpoint.save(run, nextp, "loop", ran)
       if run.writer.err then return nil, run.writer.err end
     end
-    emit(run, "values", nil, nil, values)
+    if run.sink then emit(run, "values", nil, nil, values) end
     if app.interrupt_after then
       local rec = breakpoint(run, plan, "after", app.interrupt_after)
       if rec then return interrupted(run, rec) end

@@ -22,7 +22,8 @@ local run_task = task.run
 local _M = {}
 
 local function finished(run, t, res)
-  if run.observed then events.task_finished(run, t, res) end
+  -- events go to a stream or a trace (a saver alone observes in silence)
+  if run.sink or run.trace then events.task_finished(run, t, res) end
   -- a Command to the parent graph ends this (sub)graph run: nothing to save
   if run.saver and not res.parent then
     local w = algo.to_writes(res, t.resume)
@@ -59,13 +60,13 @@ function _M.run_step(run, plan, results)
     if results[i] == nil then todo = todo + 1; last = i end
   end
   if todo == 0 then return nil end
-  local observed = run.observed
+  local told = run.sink or run.trace
   if todo == 1 then
     local t = plan[last]
-    if observed then events.task_started(run, t) end
+    if told then events.task_started(run, t) end
     local res = run_task(run, t, true)
     results[last] = res
-    if observed or run.saver then finished(run, t, res) end
+    if run.observed then finished(run, t, res) end
     if res.status == "error" then return res.error end
     return nil
   end
@@ -74,7 +75,7 @@ function _M.run_step(run, plan, results)
   local guard <close> = setmetatable({}, { __close = function() cancel_rest(handles) end })
   for i = 1, n do
     if results[i] == nil then
-      if observed then events.task_started(run, plan[i]) end
+      if told then events.task_started(run, plan[i]) end
       handles[i] = tasks.spawn(worker, run, plan[i], i, results, q)
     end
   end

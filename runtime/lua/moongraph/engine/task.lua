@@ -126,24 +126,28 @@ end
 A run that keeps no records (run.records_kept false: no saver, stream or
 trace, and no node or router that could read ctx.previous_tasks) times
 nothing and, for a task alone in its step (reuse), recycles the previous
-step's result record, which its barrier has consumed; a plain node that
-takes no ctx gets none. ]]
+step's result record, which its barrier has consumed. ]]
 function _M.run(run, t, reuse)
   local spec = run.nodes[t.node]
   local kept = run.records_kept
   local t0 = kept and now() or 0
   local ctx = nil
-  if kept or not (spec.plain and spec.no_ctx and not spec.branches[1]) then
-    ctx = context.new(run, t)
-  end
+  -- a plain node that takes no ctx and has no routers gets none; with
+  -- records kept, one is made if it asks (context.current)
+  local bare = spec.plain and spec.no_ctx and not spec.branches[1]
+  if not bare then ctx = context.new(run, t) end
   local input
   if t.send then input = t.arg else input = run.values end
   local ok, v, ran, attempts, chain, cached, failed
   if spec.plain then
-    local task, before = nil, nil
-    if ctx then task, before = context.bind(ctx) end
+    local task, before, before_run = nil, nil, nil
+    if ctx then
+      task, before = context.bind(ctx)
+    elseif kept then
+      task, before, before_run = context.bind_later(run, t)
+    end
     ok, v = xpcall(spec.fn, handler, input, ctx)
-    if task then context.unbind(task, before) end
+    if task then context.unbind(task, before, before_run) end
     ran, attempts = t.node, 1
     if not ok and is_parent_command(v) then
       ok, v = true, control.Command { update = v.command.update, to = v.command.to }

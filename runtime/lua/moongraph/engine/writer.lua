@@ -17,7 +17,9 @@ are dropped.
 
   writer.new(saver, mode) -> w
   writer.put(run, op, cfg, a, b)     op "put" (checkpoint, metadata) or
-                                     "put_writes" (task id, writes)
+                                     "put_writes" (task id, writes); what
+                                     the saver returned when it was called
+                                     at once
   writer.save_writes(run, task_id, writes)
   (a saver's optional put_batch(list) takes a list of {op =, a =, b =, c =}
   in order: async and exit use it)
@@ -45,6 +47,7 @@ local type, tostring, pcall, ipairs, next, setmetatable = type, tostring, pcall,
 local BATCH = 64
 
 local tasks = require "moongraph.tasks"
+local copy = require("moongraph.json").copy
 
 local _M = {}
 
@@ -77,13 +80,14 @@ function _M.settle(saver, thread_id)
   if by_thread[thread_id] == set then by_thread[thread_id] = nil end
 end
 
+-- a saver call that raised (ok false) or returned nil, err
+local function failed(w, op, ok, r1, r2)
+  w.err = "checkpointer " .. op .. " failed: " .. tostring(ok and r2 or r1)
+end
+
 local function saver_call_here(w, op, a, b, c)
   local ok, r1, r2 = pcall(w.saver[op], w.saver, a, b, c)
-  if not ok then
-    w.err = "checkpointer " .. op .. " failed: " .. tostring(r1)
-  elseif r1 == nil then
-    w.err = "checkpointer " .. op .. " failed: " .. tostring(r2)
-  end
+  if not ok or r1 == nil then failed(w, op, ok, r1, r2) end
 end
 
 -- fn(w, ...) from the run's own task (sync, exit): in a task of its own
@@ -194,6 +198,27 @@ function _M.cfg(run, id)
   return { thread_id = run.thread_id, checkpoint_ns = run.ns, checkpoint_id = id }
 end
 
+-- The config of the run's current checkpoint (run.cp_id), made once per
+-- checkpoint: the writes of the step after it and the checkpoint that
+-- follows it name the same one. Nothing writes into it.
+local function current_cfg(run)
+  local c = run.cp_cfg
+  if c and c.checkpoint_id == run.cp_id then return c end
+  c = _M.cfg(run, run.cp_id)
+  run.cp_cfg = c
+  return c
+end
+_M.current_cfg = current_cfg
+
+-- got: what the saver's put of checkpoint run.cp_id returned. When it is
+-- the config current_cfg would make, it serves as that one.
+function _M.adopt_cfg(run, got)
+  if type(got) == "table" and got.checkpoint_id == run.cp_id and got.thread_id == run.thread_id and
+    got.checkpoint_ns == run.ns and got.head_id == nil then
+    run.cp_cfg = got
+  end
+end
+
 function _M.put(run, op, a, b, c)
   local w = run.writer
   if w.err then return end
@@ -201,12 +226,18 @@ function _M.put(run, op, a, b, c)
   if op == "put" and run.fork_head and mode ~= "exit" then
     -- a fork: the saver checks that the namespace's latest checkpoint is
     -- still the one this run saw (head_id), not the one it extends
-    a.head_id = run.fork_head
+    a = { thread_id = a.thread_id, checkpoint_ns = a.checkpoint_ns, checkpoint_id = a.checkpoint_id,
+      head_id = run.fork_head }
     run.fork_head = nil
   end
-  if mode == "sync" or (mode == "async" and w.saver.yields == false) then
+  local saver = w.saver
+  if saver.yields == false and mode ~= "exit" then
     -- a saver whose calls never yield is done at once: a writer task
     -- would only add a queue and two task switches per write
+    local ok, r1, r2 = pcall(saver[op], saver, a, b, c)
+    if not ok or r1 == nil then failed(w, op, ok, r1, r2) end
+    if ok then return r1 end
+  elseif mode == "sync" then
     saver_call(w, op, a, b, c)
   elseif mode == "async" then
     if not w.q then
@@ -217,6 +248,11 @@ function _M.put(run, op, a, b, c)
     end
     -- the target: a checkpoint, or one task's writes for a checkpoint
     local key = op == "put" and b.id or (a.checkpoint_ns .. "\0" .. a.checkpoint_id .. "\0" .. b)
+    -- the data as it is now: the run goes on, and its nodes may change
+    -- tables this write holds before the writer task reaches it (a value
+    -- that cannot be saved goes as it is: the saver names it)
+    if op == "put" then b = copy(b) or b end
+    if type(c) == "table" then c = copy(c) or c end
     w.q:put { op = op, a = a, b = b, c = c, key = key }
   else -- exit: remember the latest checkpoint of this namespace and its writes
     local ex = run.exit
@@ -231,7 +267,7 @@ end
 
 -- A task's writes, as pending writes of the checkpoint the step started from.
 function _M.save_writes(run, task_id, writes)
-  _M.put(run, "put_writes", _M.cfg(run, run.cp_id), task_id, writes)
+  _M.put(run, "put_writes", current_cfg(run), task_id, writes)
 end
 
 -- async: wait until the writer has issued and finished every queued write
