@@ -71,3 +71,17 @@ fuzz-codepoints: build/fuzz/codepoints_fuzz
 	@mkdir -p build/fuzz/corpus-codepoints
 	build/fuzz/codepoints_fuzz -runs=$(FUZZ_RUNS) -max_len=256 -print_final_stats=1 \
 		build/fuzz/corpus-codepoints fuzz/corpus/codepoints
+
+# core.pack's reader (fuzz/pack_fuzz.c): damaged input is refused, and
+# what it reads packs and reads back the same.
+build/fuzz/pack_fuzz: fuzz/pack_fuzz.c runtime/pack.c runtime/mg.h
+	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang and libclang-rt-14-dev (apt-get install clang libclang-rt-14-dev)"; exit 1; }
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) fuzz/pack_fuzz.c runtime/pack.c -o $@ $(FUZZ_LIBS) -lm
+
+.PHONY: fuzz-pack
+fuzz: fuzz-pack
+
+fuzz-pack: build/fuzz/pack_fuzz
+	@mkdir -p build/fuzz/corpus-pack
+	build/fuzz/pack_fuzz -runs=$(FUZZ_RUNS) -max_len=512 -print_final_stats=1 build/fuzz/corpus-pack fuzz/corpus/pack
