@@ -197,6 +197,43 @@ describe("Chat API, distributed backend (serve --redis --pg + worker)", function
     end)
   end)
 
+  it("limits each key's requests with 429 and Retry-After, across both APIs", function()
+    local limited = env:spawn({ "serve", "--port", "0", "--rate-limit", "60", "--rate-burst", "2", "--script", CHAT,
+                                "--redis", env.redis_url, "--pg", env.pg_url }, { MOONGRAPH_API_KEYS = KEYS })
+    mg.run(function()
+      local saved = base
+      local ok, err = pcall(function()
+        base = wenv.eventually("the limited serve to listen", 20, function()
+          assert(limited:running(), "serve exited")
+          return limited:output():match("listening on (%S+)")
+        end)
+        assert.equal(200, call("GET", "/chat/conversations").status)
+        assert.equal(200, call("GET", "/chat/conversations").status)
+        local third = call("GET", "/chat/conversations")
+        assert.equal(429, third.status)
+        assert.matches("rate limit", third.json.error)
+        assert.is_true(tonumber(third.headers["retry-after"]) >= 1)
+        -- the LangGraph API on the same server shares the key's budget
+        assert.equal(429, call("POST", "/assistants/search", { body = {} }).status)
+        -- another key has its own
+        assert.equal(200, call("GET", "/chat/conversations", { key = "key-bob-22" }).status)
+      end)
+      base = saved
+      limited:signal("TERM")
+      limited:wait(10)
+      assert(ok, err)
+    end)
+  end)
+
+  it("refuses to listen beyond loopback without keys, and says why", function()
+    local p = env:spawn({ "serve", "--host", "0.0.0.0", "--port", "0", "--script", CHAT,
+                          "--redis", env.redis_url, "--pg", env.pg_url })
+    mg.run(function()
+      assert.equal(2, p:wait(10))
+      assert.matches("refusing to listen on 0%.0%.0%.0 without API keys", p:log())
+    end)
+  end)
+
   it("needs both --redis and --pg", function()
     local p = env:spawn({ "serve", "--port", "0", "--redis", env.redis_url })
     mg.run(function()
