@@ -29,7 +29,8 @@ a PostgreSQL advisory lock: any number of workers may start at once against
 an empty database and exactly one of them creates the schema.
 
 Implements the saver interface of docs/checkpoints.md: put, put_writes, get,
-list, delete_thread; runtime failures return nil, err.
+list, delete_thread; runtime failures return nil, err. Also put_batch, head
+and delete_thread_in (the delete inside a caller's transaction).
 ]]
 
 local type, error, tostring, setmetatable, ipairs, pairs, next =
@@ -631,6 +632,12 @@ function saver:head(cfg)
   return { checkpoint_id = r.checkpoint_id, tasks = tasks }
 end
 
+local DELETE_SQL = [[
+    WITH w AS (DELETE FROM moongraph_checkpoint_writes WHERE thread_id = $1),
+         b AS (DELETE FROM moongraph_checkpoint_blobs WHERE thread_id = $1),
+         h AS (DELETE FROM moongraph_checkpoint_heads WHERE thread_id = $1)
+    DELETE FROM moongraph_checkpoints WHERE thread_id = $1]]
+
 function saver:delete_thread(thread_id)
   if thread_id == nil then
     error("bad argument #1 to 'delete_thread': thread id expected", 2)
@@ -639,11 +646,28 @@ function saver:delete_thread(thread_id)
   local ok, err = ready(self)
   if not ok then return nil, err end
   cache_drop_thread(self, thread_id)
-  ok, err = self.db:query([[
-    WITH w AS (DELETE FROM moongraph_checkpoint_writes WHERE thread_id = $1),
-         b AS (DELETE FROM moongraph_checkpoint_blobs WHERE thread_id = $1),
-         h AS (DELETE FROM moongraph_checkpoint_heads WHERE thread_id = $1)
-    DELETE FROM moongraph_checkpoints WHERE thread_id = $1]], { thread_id })
+  ok, err = self.db:query(DELETE_SQL, { thread_id })
+  if not ok then return nil, err end
+  return true
+end
+
+--[[ delete_thread_in(tx, thread_id) -> true | nil, err
+delete_thread as one statement of the caller's transaction `tx` (a
+moongraph.pg transaction on this saver's database): the thread goes when,
+and only when, that transaction commits — e.g. with the row that makes its
+checkpoints useless. ]]
+function saver:delete_thread_in(tx, thread_id)
+  if type(tx) ~= "table" or type(tx.query) ~= "function" then
+    error("bad argument #1 to 'delete_thread_in': transaction expected, got " .. type(tx), 2)
+  end
+  if thread_id == nil then
+    error("bad argument #2 to 'delete_thread_in': thread id expected", 2)
+  end
+  thread_id = tostring(thread_id)
+  local ok, err = ready(self)
+  if not ok then return nil, err end
+  cache_drop_thread(self, thread_id)
+  ok, err = tx:query(DELETE_SQL, { thread_id })
   if not ok then return nil, err end
   return true
 end

@@ -312,6 +312,16 @@ end
 local function saved(run, cfg)
   local saver = run.saver
   local want_id = run.root and cfg.checkpoint_id or nil
+  if run.root and not want_id and cfg.checkpoint_tuple ~= nil then
+    -- the caller has just read the thread's latest from this same saver
+    -- (false: it has none)
+    local given = cfg.checkpoint_tuple
+    if given == false then return nil, nil end
+    if type(given) ~= "table" or type(given.checkpoint) ~= "table" then
+      return nil, nil, "bad argument #2 to 'invoke': checkpoint_tuple must be a saver's tuple or false"
+    end
+    return given, given.checkpoint.id
+  end
   local ok, got, err = pcall(saver.get, saver, {
     thread_id = run.thread_id, checkpoint_ns = run.ns, checkpoint_id = want_id })
   if not ok then return nil, nil, "checkpointer get failed: " .. tostring(got) end
