@@ -5,9 +5,12 @@ its saver, by durability mode:
   sync   each write is awaited before the run goes on
   async  one writer task per run issues the writes in order while the run
          goes on; the run waits for all of them at its end. A saver with
-         put_batch gets every write queued meanwhile in one call (one
-         transaction, one round trip). A saver whose calls never yield
-         (yields = false) is called at once, as with sync
+         put_batch gets the writes in batches of one call each (one
+         transaction, one round trip): a batch goes once the run has
+         queued nothing new for GATHER_PASSES turns of the scheduler (it
+         waits on something outside the process, or it ended), so the steps
+         a run computes in a row share one batch. A saver whose calls never
+         yield (yields = false) is called at once, as with sync
   exit   the latest checkpoint of each namespace and its writes are kept in
          memory and saved when the run (or subgraph run) ends
 
@@ -43,6 +46,10 @@ local type, tostring, pcall, ipairs, next, setmetatable = type, tostring, pcall,
 
 -- the most writes one put_batch call carries
 local BATCH = 64
+-- turns of the scheduler without a new write before a batch goes: a run
+-- that computes queues a write every turn or two (a node's task starts,
+-- runs, hands its result back); one waiting on I/O queues none
+local GATHER_PASSES = 3
 
 local tasks = require "moongraph.tasks"
 
@@ -124,11 +131,24 @@ end
 
 --[[ The async writer of a saver with put_batch: whatever the run queued
 while the previous batch was on its way goes in the next one, in order. ]]
+local function gather(q)
+  local n, quiet = q:len(), 0
+  while quiet < GATHER_PASSES and n < BATCH do
+    tasks.sleep(0)
+    local m = q:len()
+    if m > n then quiet = 0 else quiet = quiet + 1 end
+    n = m
+  end
+end
+
 local function batch_loop(w)
   local q = w.q
   while true do
     local job = q:get()
     if job == nil then return end
+    if not job.flush then
+      gather(q)
+    end
     local list, flushes = {}, nil
     while job do
       if job.flush then
