@@ -17,10 +17,13 @@ Tables (created by versioned migrations, see `migrations` below):
                                 namespace: a put must extend it (optimistic
                                 concurrency, see checkpoint/common.lua)
 
-A state value is written only when it changed: the saver remembers the JSON
-of every key it last wrote or read for a thread (and namespace), and an
-unchanged key points at the blob version already stored, so a large value
-that stays the same is stored once however many steps follow. A blob's
+A state value is written only when it changed: the saver remembers the
+value and the JSON of every key it last wrote or read for a thread (and
+namespace), and an unchanged key points at the blob version already stored,
+so a large value that stays the same is stored once however many steps
+follow. A key holding the very same Lua value as last time is not encoded
+again (the engine never changes a state value in place: nodes and reducers
+return new ones, docs/graphs.md); another value is encoded and compared. A blob's
 version is the id of the checkpoint that first held the value. A checkpoint and its new blobs go in
 one statement, so they are saved together or not at all.
 
@@ -33,8 +36,8 @@ list, delete_thread; runtime failures return nil, err. Also put_batch, head
 and delete_thread_in (the delete inside a caller's transaction).
 ]]
 
-local type, error, tostring, setmetatable, ipairs, pairs, next =
-  type, error, tostring, setmetatable, ipairs, pairs, next
+local type, error, tostring, setmetatable, ipairs, pairs, next, rawequal =
+  type, error, tostring, setmetatable, ipairs, pairs, next, rawequal
 local format = string.format
 local sort, concat, remove = table.sort, table.concat, table.remove
 
@@ -317,11 +320,19 @@ local function add_put(self, b, cfg, checkpoint, metadata)
     if type(channel) ~= "string" then
       return nil, "checkpoint.values has a non-string key " .. tostring(channel)
     end
-    local text, eerr = json.encode(value, { name = "checkpoint.values." .. channel })
-    if not text then return nil, eerr end
     local k = known[channel]
-    if not (k and k.text == text) then
-      k = { text = text, version = id }
+    local text
+    if k and rawequal(k.value, value) then
+      text = k.text
+    else
+      local eerr
+      text, eerr = json.encode(value, { name = "checkpoint.values." .. channel })
+      if not text then return nil, eerr end
+      if k and k.text == text then
+        k = { text = text, version = k.version, stored = k.stored, value = value }
+      else
+        k = { text = text, version = id, value = value }
+      end
     end
     now[channel] = k
     versions[channel] = k.version
@@ -533,7 +544,7 @@ local function tuples(self, cfg, ns, rows, seed)
       val, err = decode(text, format("value of '%s' in checkpoint %s", ch, id))
       if val == nil then return nil, err end
       values[ch] = val
-      seeded[ch] = { text = text, version = v, stored = true }
+      seeded[ch] = { text = text, version = v, stored = true, value = val }
     end
     checkpoint.values = values
     if i == 1 and seed then cache_set(self, cache_key(cfg.thread_id, ns), seeded) end
