@@ -541,14 +541,12 @@ function _M.run(W, entry, js)
       row.status = state.__interrupt__ ~= nil and "interrupted" or "done"
       row.answer, row.state, extra.event = res.answer, res.state, res.event
       -- (text PostgreSQL refuses would fail the insert on every attempt)
-      local why = job.unstorable(row.answer, "answer") or job.unstorable(row.state, "state")
+      -- (the state is walked for the culprit only when its JSON shows one)
+      local text, serr = json.encode(row.state, { name = "state" })
+      local why = job.unstorable(row.answer, "answer")
+        or ((not text or not job.storable_json(text)) and job.unstorable(row.state, "state"))
         or job.unstorable(extra.event, "event")
-      local text, serr
-      if why then
-        serr = why .. "; text must be UTF-8 without NUL"
-      else
-        text, serr = json.encode(row.state, { name = "state" })
-      end
+      if why then text, serr = nil, why .. "; text must be UTF-8 without NUL" end
       if text then
         row.state_text = text
       else
