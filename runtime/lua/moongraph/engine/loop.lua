@@ -88,7 +88,10 @@ local function new_run(app, cfg, parent, ns, sink, trace)
       if mode ~= "sync" and mode ~= "async" and mode ~= "exit" then
         error("bad argument #2 to 'invoke': durability must be \"sync\", \"async\" or \"exit\"", 0)
       end
-      run.writer = writer.new(saver, mode, run.thread_id)
+      if cfg.drop_unsaved ~= nil and type(cfg.drop_unsaved) ~= "boolean" then
+        error("bad argument #2 to 'invoke': drop_unsaved must be a boolean", 0)
+      end
+      run.writer = writer.new(saver, mode, run.thread_id, cfg.drop_unsaved)
     end
   end
   if run.writer and run.writer.mode == "exit" then run.exit = { writes = {} } end

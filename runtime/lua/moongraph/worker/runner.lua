@@ -456,6 +456,9 @@ function _M.run(W, entry, js)
   local run_cfg = {
     thread_id = thread, modes = { "values", "tasks", "messages" }, llm = W.llm,
     durability = cfg.durability,
+    -- what the run has not saved when it ends is superseded by the result
+    -- (step 4), which also deletes the thread
+    drop_unsaved = true,
     job_id = j.job_id, conversation_id = j.thread_id, user_id = j.user_id,
   }
   local input, built = nil, false
