@@ -121,8 +121,11 @@ local function redis_counters(r)
 end
 
 -- Committed + rolled-back transactions of every database, once the
--- backends have reported them (they report at most once a second).
+-- backends have reported them: at most once a second while busy, and a
+-- backend that went idle with counts pending reports them 10 s later
+-- (PostgreSQL's PGSTAT_IDLE_INTERVAL), so the first read waits that long.
 local function pg_xacts(db)
+  mg.sleep(10)
   local function read()
     mg.sleep(1.1)
     local rows = assert(db:query("SELECT (sum(xact_commit) + sum(xact_rollback))::bigint AS n FROM pg_stat_database"))
