@@ -92,6 +92,29 @@ function _M.claim(db, thread_id, token, job_id)
   return r.claimed == 1, stored
 end
 
+local INSERT = [[
+INSERT INTO job_results (job_id, thread_id, user_id, status, answer, error, state, worker, deliveries)
+VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9)
+ON CONFLICT (job_id) DO NOTHING
+RETURNING job_id]]
+
+-- The fence claim and the insert in one statement: the row goes in only
+-- when the claim does.
+local FENCED_INSERT = [[
+WITH f AS (
+  INSERT INTO thread_fences (thread_id, token) VALUES ($10, $11::numeric)
+  ON CONFLICT (thread_id) DO UPDATE SET token = EXCLUDED.token, updated_at = now()
+    WHERE thread_fences.token <= EXCLUDED.token
+  RETURNING thread_id
+), i AS (
+  INSERT INTO job_results (job_id, thread_id, user_id, status, answer, error, state, worker, deliveries)
+  SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::jsonb, $8::text, $9::int
+  WHERE EXISTS (SELECT 1 FROM f)
+  ON CONFLICT (job_id) DO NOTHING
+  RETURNING job_id
+)
+SELECT (SELECT count(*) FROM f)::int AS fenced, (SELECT count(*) FROM i)::int AS inserted]]
+
 -- commit(db, row, also [, fence [, cleanup]]) -> inserted, stored_row | nil, err
 -- row: job_id, thread_id, user_id, status ("done" | "failed" |
 -- "interrupted"), answer, error, state (a table; or state_text, its JSON),
@@ -103,19 +126,21 @@ function _M.commit(db, row, also, fence, cleanup)
     state_text, err = json.encode(row.state or {}, { name = "state" })
     if not state_text then return nil, "job_results: " .. err end
   end
+  local values = { row.job_id, row.thread_id, arg(row.user_id), row.status or "done",
+    arg(row.answer), arg(row.error), state_text, arg(row.worker), arg(row.deliveries) }
   return db:transaction(function(tx)
+    local rows, err
     if fence then
-      local f, ferr = tx:query(FENCE, { fence.thread_id, tostring(fence.token) })
-      if not f then error("thread_fences: " .. tostring(ferr), 0) end
-      if not f[1] then error(_M.STALE, 0) end
+      values[10], values[11] = fence.thread_id, tostring(fence.token)
+      local r
+      r, err = tx:query(FENCED_INSERT, values)
+      if not r then error("job_results: " .. tostring(err), 0) end
+      if r[1].fenced == 0 then error(_M.STALE, 0) end
+      rows = r[1].inserted == 1 and { r[1] } or {}
+    else
+      rows, err = tx:query(INSERT, values)
+      if not rows then error("job_results: " .. tostring(err), 0) end
     end
-    local rows, err = tx:query([[
-INSERT INTO job_results (job_id, thread_id, user_id, status, answer, error, state, worker, deliveries)
-VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9)
-ON CONFLICT (job_id) DO NOTHING
-RETURNING job_id]], { row.job_id, row.thread_id, arg(row.user_id), row.status or "done",
-      arg(row.answer), arg(row.error), state_text, arg(row.worker), arg(row.deliveries) })
-    if not rows then error("job_results: " .. tostring(err), 0) end
     if cleanup then
       local ok, cerr = cleanup(tx)
       if not ok then error("cleanup: " .. tostring(cerr), 0) end

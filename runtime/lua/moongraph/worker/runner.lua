@@ -25,9 +25,10 @@
 --   3. otherwise its run starts, or resumes from the checkpoints of thread
 --      "job:<job_id>" when an earlier attempt left some (only unfinished
 --      tasks run again; a first delivery has none and reads none: should
---      one exist after all, its first write conflicts and the job reads it
---      and resumes); a new run's input is the job's input, or what the
---      script's `input` hook builds from it;
+--      one exist after all (Redis lost the delivery count), the run starts
+--      over, and a checkpoint it writes conflicts, after which the job reads
+--      the saved one and resumes); a new run's input is the job's input, or
+--      what the script's `input` hook builds from it;
 --   4. the result (what the `result` hook makes of the final state) and
 --      whatever the `record` hook writes are stored in one Postgres
 --      transaction, insert-once on job_id and refused if the thread's fence
