@@ -12,16 +12,16 @@
 --   1. decode; a bad job (or one with an unknown script, or delivered more
 --      than max_deliveries times) goes to the dead-letter stream, its
 --      listeners get error + done, and it is acknowledged;
---   2. a redelivered job that already has a row in job_results only
---      finishes its events and is acknowledged (a worker that died after
---      storing the result); the script's `forget` hook runs;
+--   2. a job that already has a row in job_results only finishes its
+--      events and is acknowledged (a duplicate delivery, or a worker that
+--      died after storing the result); the script's `forget` hook runs;
 --   2b. the job takes its conversation's lease (moongraph.multitask; one job
 --      of a thread_id at a time, by its multitask_strategy) and claims the
 --      thread's fence in Postgres with the lease's token — for a first
---      delivery the same statement reads job_results, and a stored row
---      there is handled as in 2; a job that cannot have the lease (reject)
---      or is stopped by a later one (interrupt, rollback) is stored with
---      that status and reason in step 4;
+--      delivery of an `enqueue` job (the default) that statement also does
+--      the reading of step 2; a job that cannot have the lease (reject) or
+--      is stopped by a later one (interrupt, rollback) is stored with that
+--      status and reason in step 4;
 --   3. otherwise its run starts, or resumes from the checkpoints of thread
 --      "job:<job_id>" when an earlier attempt left some (only unfinished
 --      tasks run again; a first delivery has none and reads none: should
@@ -384,8 +384,11 @@ function _M.run(W, entry, js)
   -- to the job's deadline, rather than leaving the job for claim_idle)
   local deadline = t_start + cfg.job_timeout
 
-  -- 2. already answered? (a first delivery asks with its fence claim)
+  -- 2. already answered? A first delivery of an `enqueue` job asks with
+  -- its fence claim; the other strategies act on the thread's other jobs
+  -- when they take the lease, so they ask before
   local first = (entry.deliveries or 1) == 1
+  local ask_with_claim = first and (j.multitask_strategy or "enqueue") == "enqueue"
   local function duplicate(existing)
     release_thread(js)
     js.phase = "finishing"
@@ -401,7 +404,7 @@ function _M.run(W, entry, js)
     pcall(W.saver.delete_thread, W.saver, checkpointer.thread(j.job_id))
     return "duplicate"
   end
-  if not first then
+  if not ask_with_claim then
     local existing, gerr = retry(W, log, "reading the job's result", deadline, function()
       local row, err = results.get(W.db, j.job_id)
       if row then return row end
@@ -424,7 +427,7 @@ function _M.run(W, entry, js)
     js.lease = lease
     -- fence: from now on a stalled earlier holder cannot commit
     local claim, cerr = retry(W, log, "claiming the thread", deadline, function()
-      local c, e = results.claim(W.db, j.thread_id, lease.token, first and j.job_id or nil)
+      local c, e = results.claim(W.db, j.thread_id, lease.token, ask_with_claim and j.job_id or nil)
       if c == nil then return nil, e end
       return { claimed = c, stored = e }
     end)
