@@ -121,8 +121,11 @@ local function redis_counters(r)
 end
 
 -- Committed + rolled-back transactions of every database, once the
--- backends have reported them (they report at most once a second).
+-- backends have reported them: at most once a second while busy, and a
+-- backend that went idle with counts pending reports them 10 s later
+-- (PostgreSQL's PGSTAT_IDLE_INTERVAL), so the first read waits that long.
 local function pg_xacts(db)
+  mg.sleep(10)
   local function read()
     mg.sleep(1.1)
     local rows = assert(db:query("SELECT (sum(xact_commit) + sum(xact_rollback))::bigint AS n FROM pg_stat_database"))
@@ -139,14 +142,21 @@ end
 
 ---------------------------------------------------------------- the two sides
 
-local function snapshot(r, db, worker)
-  local red = redis_counters(r)
-  return {
-    xacts = pg_xacts(db), redis = red,
+-- A round's counters: at its start once the transactions of the round
+-- before have been reported; at its end the CPU and Redis counters half a
+-- second after the last result (the worker's last acknowledgements), before
+-- the wait for the transactions (idle time, not the round's).
+local function snapshot(r, db, worker, at_end)
+  local xacts = not at_end and pg_xacts(db) or nil
+  if at_end then mg.sleep(0.5) end
+  local s = {
+    redis = redis_counters(r),
     cpu = { bench = cpu_of(bench_pid), worker = worker and cpu_of(worker.pid) or 0,
             redis = cpu_of(env.redis.pid), pg = tree_cpu(pg_pid) },
     t = mg.now(),
   }
+  s.xacts = xacts or pg_xacts(db)
+  return s
 end
 
 -- The difference of two snapshots, per job, less the bench's own queries.
@@ -190,7 +200,7 @@ local function inprocess(saver, app)
   for k = 1, CONCURRENCY do fns[k] = runner end
   mg.gather(fns)
   local elapsed = mg.now() - t0
-  local b = snapshot(r, db)
+  local b = snapshot(r, db, nil, true)
   -- own: snapshot a's INFO + stats reads happened before t0; b's INFO comes after
   -- the counters were read, so only the first snapshot's trailing reads count
   local d = per_job(a, b, JOBS, elapsed, { redis_cmds = 1, redis_reads = 1, xacts = 0 })
@@ -216,7 +226,7 @@ local function worker_round(w, c)
   end
   local elapsed = mg.now() - t0
   local failed = db:query("SELECT count(*)::int AS n FROM job_results WHERE status <> 'done'")[1].n
-  local b = snapshot(r, db, w)
+  local b = snapshot(r, db, w, true)
   local d = per_job(a, b, JOBS, elapsed,
     { redis_cmds = 1 + JOBS, redis_reads = 1 + JOBS, xacts = polls + 1 })
   d.failures = failed

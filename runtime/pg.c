@@ -5,7 +5,12 @@
 ** handle on PQsocket(), started only while an operation is in flight. It
 ** runs one operation at a time: the asynchronous connect (PQconnectStart +
 ** PQconnectPoll), a parameterised statement (PQsendQueryParams, $1..$n
-** only) or a multi-statement script (PQsendQuery). Results are turned into
+** only) or a multi-statement script (PQsendQuery). A statement whose text
+** and parameter types come a second time on a connection is prepared there
+** (PQsendPrepare, one more round trip) and from then on executed by name
+** (PQsendQueryPrepared): the server parses and plans it once per connection
+** instead of every time. Each connection remembers up to STMT_CACHE such
+** statements; more are sent unprepared. Results are turned into
 ** Lua values by the waiting task: rows keyed by column name, with int, float,
 ** bool, json/jsonb and bytea columns typed; NULL is core.pg.null.
 **
@@ -25,6 +30,7 @@
 #define CONN_MT "moongraph.pg.conn"
 #define ERRLEN 512
 #define NPARAMS_STACK 16
+#define STMT_CACHE 128
 
 /* type OIDs (pg_type.dat) */
 #define OID_BOOL 16
@@ -47,6 +53,18 @@
 typedef struct pgconn pgconn;
 typedef struct pgop pgop;
 
+/* A statement seen on a connection: prepared from its second use. */
+typedef struct pgstmt {
+  char *sql;
+  Oid *types;
+  int n;
+  unsigned hash;
+  int state;                /* STMT_SEEN, STMT_READY or STMT_NEVER */
+  char name[24];
+} pgstmt;
+
+enum { STMT_SEEN, STMT_READY, STMT_NEVER };
+
 typedef struct pgpoll {
   uv_poll_t h;
   pgconn *pc;               /* NULL once the connection let go of it */
@@ -58,9 +76,11 @@ struct pgconn {
   int fd;                   /* socket the poll handle watches */
   pgop *op;                 /* operation in flight */
   char err[ERRLEN];         /* why the connection is unusable */
+  pgstmt *stmts;            /* STMT_CACHE slots, allocated on first use */
+  int nstmts;
 };
 
-enum { OP_CONNECT, OP_QUERY, OP_EXEC };
+enum { OP_CONNECT, OP_QUERY, OP_EXEC, OP_PREPARE };
 
 struct pgop {
   mg_waiter w;
@@ -69,6 +89,8 @@ struct pgop {
   int flushing;             /* output not yet fully sent */
   int failed;               /* err holds a connection-level failure */
   PGresult *res;            /* result to report */
+  pgstmt *stmt;             /* the prepared statement it runs or prepares */
+  int nparams;
   uv_timer_t *timer;        /* connect timeout, or the caller's deadline */
   double timeout;
   char err[ERRLEN];
@@ -682,9 +704,18 @@ static int query_done(lua_State *L, int status, lua_KContext ctx) {
           n = 2;
         }
         break;
-      case PGRES_FATAL_ERROR:
+      case PGRES_FATAL_ERROR: {
+        /* a table under a prepared statement changed shape (0A000): the
+        ** statement goes unprepared from now on; one the session lost
+        ** (26000, DEALLOCATE) is prepared again on its next use */
+        const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
+        if (op->stmt && op->kind == OP_QUERY && state) {
+          if (strcmp(state, "0A000") == 0) op->stmt->state = STMT_NEVER;
+          else if (strcmp(state, "26000") == 0) op->stmt->state = STMT_SEEN;
+        }
         n = push_error(L, r);
         break;
+      }
       default:
         lua_pushnil(L);
         lua_pushfstring(L, "pg: unexpected result: %s", PQresStatus(PQresultStatus(r)));
@@ -693,6 +724,49 @@ static int query_done(lua_State *L, int status, lua_KContext ctx) {
   }
   op_free(op);
   return n;
+}
+
+/* ---------------------------------------------------------------- prepared statements */
+
+static unsigned stmt_hash(const char *sql, const Oid *types, int n) {
+  unsigned h = 2166136261u;
+  for (const unsigned char *c = (const unsigned char *)sql; *c; c++) h = (h ^ *c) * 16777619u;
+  for (int i = 0; i < n; i++) h = (h ^ (unsigned)types[i]) * 16777619u;
+  return h;
+}
+
+/* The connection's record of (sql, types), added as seen when there is
+** room; NULL when there is none. */
+static pgstmt *stmt_lookup(pgconn *pc, const char *sql, const Oid *types, int n) {
+  unsigned h = stmt_hash(sql, types, n);
+  for (int i = 0; i < pc->nstmts; i++) {
+    pgstmt *s = &pc->stmts[i];
+    if (s->hash == h && s->n == n && strcmp(s->sql, sql) == 0 &&
+        (n == 0 || memcmp(s->types, types, sizeof(Oid) * (size_t)n) == 0))
+      return s;
+  }
+  if (!pc->stmts) {
+    pc->stmts = calloc(STMT_CACHE, sizeof *pc->stmts);
+    if (!pc->stmts) return NULL;
+  }
+  if (pc->nstmts >= STMT_CACHE) return NULL;
+  pgstmt *s = &pc->stmts[pc->nstmts];
+  s->sql = strdup(sql);
+  s->types = n ? malloc(sizeof(Oid) * (size_t)n) : NULL;
+  if (!s->sql || (n && !s->types)) {
+    free(s->sql);
+    free(s->types);
+    s->sql = NULL;
+    s->types = NULL;
+    return NULL;
+  }
+  if (n) memcpy(s->types, types, sizeof(Oid) * (size_t)n);
+  s->n = n;
+  s->hash = h;
+  s->state = STMT_SEEN;
+  snprintf(s->name, sizeof s->name, "mg_%d", pc->nstmts);
+  pc->nstmts++;
+  return NULL;                 /* first sight: sent unprepared */
 }
 
 static int not_ready(lua_State *L, pgconn *pc) {
@@ -704,8 +778,11 @@ static int not_ready(lua_State *L, pgconn *pc) {
   return 2;
 }
 
-/* Start sending; on success the task waits for the results. */
-static int start_op(lua_State *L, pgconn *pc, int kind, int sent) {
+static int prepare_done(lua_State *L, int status, lua_KContext ctx);
+
+/* Start sending; on success the task waits for the results (a prepare
+** keeps the caller's arguments on the stack for the execute that follows). */
+static int start_op_for(lua_State *L, pgconn *pc, int kind, int sent, pgstmt *stmt, int nparams) {
   if (!sent) {
     char msg[ERRLEN];
     snprintf(msg, sizeof msg, "pg: cannot send: %s", PQerrorMessage(pc->conn));
@@ -722,6 +799,8 @@ static int start_op(lua_State *L, pgconn *pc, int kind, int sent) {
   }
   op->pc = pc;
   op->kind = kind;
+  op->stmt = stmt;
+  op->nparams = nparams;
   int f = PQflush(pc->conn);
   op->flushing = f > 0;
   pc->op = op;
@@ -736,8 +815,43 @@ static int start_op(lua_State *L, pgconn *pc, int kind, int sent) {
   }
   double budget = mg_call_budget(L);
   if (budget >= 0) op_start_timer(op, budget > 0.001 ? budget : 0.001);
+  if (kind == OP_PREPARE) {
+    lua_settop(L, 4);
+    return mg_await(L, &op->w, op_cancel, prepare_done, (lua_KContext)op);
+  }
   lua_settop(L, 1);
   return mg_await(L, &op->w, op_cancel, query_done, (lua_KContext)op);
+}
+
+static int start_op(lua_State *L, pgconn *pc, int kind, int sent) {
+  return start_op_for(L, pc, kind, sent, NULL, 0);
+}
+
+/* Send the statement's execution by name (its parameters at stack index 3). */
+static int send_prepared(lua_State *L, pgconn *pc, pgstmt *s, int n) {
+  params p;
+  memset(&p, 0, sizeof p);
+  if (n > 0) params_collect(L, &p, 3, n);
+  int sent = PQsendQueryPrepared(pc->conn, s->name, n, n ? p.values : NULL,
+                                 n ? p.lengths : NULL, n ? p.formats : NULL, 0);
+  if (n > 0) params_free(&p);
+  return start_op_for(L, pc, OP_QUERY, sent, s, n);
+}
+
+/* The prepare is done: on success execute the statement, else report why
+** (the error the statement itself would have had: a later use tries to
+** prepare it again). */
+static int prepare_done(lua_State *L, int status, lua_KContext ctx) {
+  pgop *op = (pgop *)ctx;
+  pgconn *pc = op->pc;
+  pgstmt *s = op->stmt;
+  int n = op->nparams;
+  if (op->failed || !op->res || PQresultStatus(op->res) != PGRES_COMMAND_OK)
+    return query_done(L, status, ctx);
+  op_free(op);
+  s->state = STMT_READY;
+  if (!pc->conn || pc->op) return not_ready(L, pc);
+  return send_prepared(L, pc, s, n);
 }
 
 /* conn:query(sql [, params [, n]]) -> rows, count | nil, err, sqlstate */
@@ -752,11 +866,26 @@ static int l_query(lua_State *L) {
   }
   mg_check_yieldable(L, "pg query");
   if (!pc->conn || pc->op) return not_ready(L, pc);
+  lua_settop(L, 3);
+  lua_pushinteger(L, n);                        /* index 4: n, kept for a prepare */
   params p;
   memset(&p, 0, sizeof p);
   if (n > 0) params_collect(L, &p, 3, n);
-  int sent = PQsendQueryParams(pc->conn, sql, n, n ? p.types : NULL, n ? p.values : NULL,
+  pgstmt *s = stmt_lookup(pc, sql, n ? p.types : NULL, n);
+  int sent;
+  if (s && s->state == STMT_READY) {
+    sent = PQsendQueryPrepared(pc->conn, s->name, n, n ? p.values : NULL,
                                n ? p.lengths : NULL, n ? p.formats : NULL, 0);
+    if (n > 0) params_free(&p);
+    return start_op_for(L, pc, OP_QUERY, sent, s, n);
+  }
+  if (s && s->state == STMT_SEEN) {
+    sent = PQsendPrepare(pc->conn, s->name, sql, n, n ? p.types : NULL);
+    if (n > 0) params_free(&p);
+    return start_op_for(L, pc, OP_PREPARE, sent, s, n);
+  }
+  sent = PQsendQueryParams(pc->conn, sql, n, n ? p.types : NULL, n ? p.values : NULL,
+                           n ? p.lengths : NULL, n ? p.formats : NULL, 0);
   if (n > 0) params_free(&p);
   return start_op(L, pc, OP_QUERY, sent);
 }
@@ -844,6 +973,14 @@ static int l_gc(lua_State *L) {
   pgconn *pc = luaL_checkudata(L, 1, CONN_MT);
   pc->op = NULL;
   conn_close(pc, "pg: connection closed");
+  if (pc->stmts) {
+    for (int i = 0; i < pc->nstmts; i++) {
+      free(pc->stmts[i].sql);
+      free(pc->stmts[i].types);
+    }
+    free(pc->stmts);
+    pc->stmts = NULL;
+  }
   return 0;
 }
 

@@ -18,7 +18,7 @@
   X(PQgetResult) X(PQgetisnull) X(PQgetlength) X(PQgetvalue) \
   X(PQisBusy) X(PQnfields) X(PQntuples) X(PQputCopyEnd) \
   X(PQresStatus) X(PQresultErrorField) X(PQresultErrorMessage) X(PQresultStatus) \
-  X(PQsendQuery) X(PQsendQueryParams) X(PQsetNoticeProcessor) X(PQsetnonblocking) \
+  X(PQsendPrepare) X(PQsendQuery) X(PQsendQueryParams) X(PQsendQueryPrepared) X(PQsetNoticeProcessor) X(PQsetnonblocking) \
   X(PQsocket) X(PQstatus) X(PQtransactionStatus) X(PQunescapeBytea)
 
 struct mg_pq_api {
@@ -60,8 +60,10 @@ const char *mg_pq_load(void);
 #define PQresultErrorField mg_pq.PQresultErrorField
 #define PQresultErrorMessage mg_pq.PQresultErrorMessage
 #define PQresultStatus mg_pq.PQresultStatus
+#define PQsendPrepare mg_pq.PQsendPrepare
 #define PQsendQuery mg_pq.PQsendQuery
 #define PQsendQueryParams mg_pq.PQsendQueryParams
+#define PQsendQueryPrepared mg_pq.PQsendQueryPrepared
 #define PQsetNoticeProcessor mg_pq.PQsetNoticeProcessor
 #define PQsetnonblocking mg_pq.PQsetnonblocking
 #define PQsocket mg_pq.PQsocket

@@ -345,3 +345,92 @@ describe("checkpoints and commands", function()
     end)
   end)
 end)
+
+describe("when async writes reach the saver", function()
+  -- the file saver, counting its put_batch calls
+  local function counted()
+    local s = G.checkpoint.file(tmp.dir("batches"))
+    local calls = { n = 0 }
+    local put_batch = s.put_batch
+    s.put_batch = function(self, list)
+      calls.n = calls.n + 1
+      return put_batch(self, list)
+    end
+    return s, calls
+  end
+
+  it("the steps a run computes in a row share one batch; a wait outside the process ends one", function()
+    local s, calls = counted()
+    local app = linear(s, { durability = "async" })
+    run(function()
+      assert.equal(3, app:invoke({ count = 0 }, { thread_id = "cpu" }).count)
+      assert.equal(1, calls.n)
+      assert.equal(4, #app:history { thread_id = "cpu" })
+    end)
+    local g = G.new { items = R.append }
+    g:add_node("a", function() return { items = "a" } end)
+    g:add_node("wait", function() mg.sleep(0.05) return { items = "wait" } end)
+    g:add_node("b", function() return { items = "b" } end)
+    g:add_edge(START, "a"):add_edge("a", "wait"):add_edge("wait", "b"):add_edge("b", END)
+    local s2, calls2 = counted()
+    local app2 = g:compile { checkpointer = s2, durability = "async" }
+    run(function()
+      assert.same({ "a", "wait", "b" }, app2:invoke({}, { thread_id = "io" }).items)
+      assert.equal(2, calls2.n)
+      assert.equal(4, #app2:history { thread_id = "io" })
+    end)
+  end)
+
+  it("drop_unsaved: what is still queued when the run ends is not saved; a batch on its way is", function()
+    local s, calls = counted()
+    local app = linear(s, { durability = "async" })
+    run(function()
+      local out = app:invoke({ count = 0 }, { thread_id = "drop", drop_unsaved = true })
+      assert.equal(3, out.count)
+      assert.equal(0, calls.n)
+      assert.same({}, app:get_state({ thread_id = "drop" }).values)
+    end)
+    local g = G.new { items = R.append }
+    g:add_node("a", function() return { items = "a" } end)
+    g:add_node("wait", function() mg.sleep(0.05) return { items = "wait" } end)
+    g:add_node("b", function() return { items = "b" } end)
+    g:add_edge(START, "a"):add_edge("a", "wait"):add_edge("wait", "b"):add_edge("b", END)
+    local app2 = g:compile { checkpointer = G.checkpoint.file(tmp.dir("drop2")), durability = "async" }
+    run(function()
+      app2:invoke({}, { thread_id = "io", drop_unsaved = true })
+      -- saved while "wait" waited: the input and the step of "a"
+      assert.same({ "a" }, app2:get_state({ thread_id = "io" }).values.items)
+      -- a resume runs the rest again
+      assert.same({ "a", "wait", "b" }, app2:invoke(nil, { thread_id = "io" }).items)
+    end)
+    local app3 = linear(G.checkpoint.file(tmp.dir("drop3")), { durability = "exit" })
+    run(function()
+      app3:invoke({ count = 0 }, { thread_id = "x", drop_unsaved = true })
+      assert.equal(0, #app3:history { thread_id = "x" })
+    end)
+    run(function()
+      assert.has_error(function() app3:invoke({ count = 0 }, { thread_id = "y", drop_unsaved = "yes" }) end,
+        "bad argument #2 to 'invoke': drop_unsaved must be a boolean")
+    end)
+  end)
+
+  it("checkpoint_tuple: the run starts from the tuple given; false on a thread that has one conflicts", function()
+    local s = G.checkpoint.file(tmp.dir("tuple"))
+    local g = G.new { items = R.append }
+    g:add_node("a", function() return { items = "a" } end)
+    g:add_node("b", function() return { items = "b" } end)
+    g:add_edge(START, "a"):add_edge("a", "b"):add_edge("b", END)
+    local app = g:compile { checkpointer = s, durability = "sync", interrupt_before = { "b" } }
+    run(function()
+      app:invoke({}, { thread_id = "t" })
+      local tup = s:get { thread_id = "t" }
+      assert.same({ "b" }, { tup.checkpoint.next[1].node })
+      local out = app:invoke(nil, { thread_id = "t", checkpoint_tuple = tup })
+      assert.same({ "a", "b" }, out.items)
+      local _, err = app:invoke({}, { thread_id = "t", checkpoint_tuple = false })
+      assert.matches("checkpoint conflict", err, 1, true)
+      _, err = app:invoke({}, { thread_id = "t", checkpoint_tuple = "x" })
+      assert.matches("checkpoint_tuple must be a saver's tuple or false", err, 1, true)
+    end)
+  end)
+end)

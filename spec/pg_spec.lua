@@ -293,6 +293,79 @@ describe("moongraph.pg", function()
     end)
   end)
 
+  describe("prepared statements", function()
+    local function prepared(db)
+      local rows = assert(db:query("SELECT statement FROM pg_prepared_statements ORDER BY name"))
+      local list = {}
+      for i, r in ipairs(rows) do list[i] = r.statement end
+      return list
+    end
+
+    it("prepares a statement on its second use per parameter types and runs it by name after", function()
+      run(function()
+        local db = connect()
+        local sql = "SELECT $1::text AS v, $2::int8 AS n"
+        for i = 1, 4 do
+          local rows = assert(db:query(sql, { "x" .. i, i }))
+          assert.same({ v = "x" .. i, n = i }, rows[1])
+        end
+        assert.same({ sql }, prepared(db))
+        -- other parameter types: another statement (bytes not UTF-8 go as bytea)
+        local q = "SELECT length($1) AS n"
+        assert.equal(3, assert(db:query(q, { "abc" }))[1].n)
+        assert.equal(2, assert(db:query(q, { pg.bytea("\0\255") }))[1].n)
+        assert.equal(2, assert(db:query(q, { "\255\254" }))[1].n)
+        assert.equal(3, assert(db:query(q, { "xyz" }))[1].n)
+        assert.equal(4, assert(db:query(q, { "wxyz" }))[1].n)
+        local of_q = 0
+        for _, st in ipairs(prepared(db)) do if st == q then of_q = of_q + 1 end end
+        assert.equal(2, of_q)
+        -- NULLs as holes
+        local rows = assert(db:query("SELECT $1::int AS a, $2::int AS b", { n = 2, nil, 5 }))
+        rows = assert(db:query("SELECT $1::int AS a, $2::int AS b", { n = 2, nil, 6 }))
+        rows = assert(db:query("SELECT $1::int AS a, $2::int AS b", { n = 2, nil, 7 }))
+        assert.equal(null, rows[1].a)
+        assert.equal(7, rows[1].b)
+      end)
+    end)
+
+    it("a failing statement fails the same way every time; the connection stays usable", function()
+      run(function()
+        local db = connect()
+        for _ = 1, 3 do
+          local rows, err, state = db:query("SELECT nope FROM pg_class WHERE oid = $1", { 1 })
+          assert.is_nil(rows)
+          assert.matches("column \"nope\" does not exist", err, 1, true)
+          assert.equal("42703", state)
+        end
+        assert.equal(1, assert(db:query("SELECT 1 AS one"))[1].one)
+        -- inside a transaction that already failed
+        local _, terr = db:transaction(function(tx)
+          tx:query("SELECT 1/0")
+          local r, e = tx:query("SELECT $1::int AS v", { 1 })
+          assert.is_nil(r)
+          assert.matches("current transaction is aborted", e, 1, true)
+          return true
+        end)
+        assert.matches("rolled back", terr, 1, true)
+        for i = 1, 3 do assert.equal(i, assert(db:query("SELECT $1::int AS v", { i }))[1].v) end
+      end)
+    end)
+
+    it("a table that changes shape under a prepared statement fails it once, then it runs unprepared", function()
+      run(function()
+        local db = connect()
+        assert(db:exec("CREATE TABLE shape (a int); INSERT INTO shape VALUES (1)"))
+        local sql = "SELECT * FROM shape WHERE a = $1"
+        for _ = 1, 3 do assert.same({ { a = 1 } }, assert(db:query(sql, { 1 }))) end
+        assert(db:exec("ALTER TABLE shape ADD COLUMN b int DEFAULT 2"))
+        local rows, _, state = db:query(sql, { 1 })
+        if rows == nil then assert.equal("0A000", state) end
+        for _ = 1, 3 do assert.same({ { a = 1, b = 2 } }, assert(db:query(sql, { 1 }))) end
+      end)
+    end)
+  end)
+
   describe("timeouts and cancellation", function()
     it("applies the statement timeout and stays usable", function()
       run(function()

@@ -159,6 +159,30 @@ describe("jobs of one thread", function()
       assert.is_true((results.commit(db, { job_id = "on-time", thread_id = "fenced", status = "done", answer = "y" },
         nil, { thread_id = "fenced", token = "200" })))
       assert.is_false(results.claim(db, "fenced", "150"))
+      -- a first delivery's claim reads the job's stored row in the same statement
+      local claimed, stored = results.claim(db, "fenced", "300", "on-time")
+      assert.is_true(claimed)
+      assert.equal("y", stored.answer)
+      assert.equal("done", stored.status)
+      claimed, stored = results.claim(db, "fenced", "400", "not-stored")
+      assert.is_true(claimed)
+      assert.is_nil(stored)
+      claimed, stored = results.claim(db, "fenced", "350", "on-time")
+      assert.is_false(claimed)
+      assert.equal("y", stored.answer)
+      -- a cleanup runs in the result's transaction, whether or not it inserted
+      local cleaned = 0
+      local function cleanup() cleaned = cleaned + 1 return true end
+      assert.is_true((results.commit(db, { job_id = "c1", thread_id = "fenced", status = "done", answer = "z" },
+        nil, { thread_id = "fenced", token = "400" }, cleanup)))
+      assert.is_false((results.commit(db, { job_id = "c1", thread_id = "fenced", status = "done", answer = "w" },
+        nil, { thread_id = "fenced", token = "400" }, cleanup)))
+      assert.equal(2, cleaned)
+      local ok2, err2 = results.commit(db, { job_id = "c2", thread_id = "fenced", status = "done" },
+        nil, nil, function() return nil, "cannot" end)
+      assert.is_nil(ok2)
+      assert.matches("cleanup: cannot", err2, 1, true)
+      assert.is_nil((results.get(db, "c2")))
     end)
   end)
 

@@ -148,32 +148,39 @@ function Mem:load_l1(thread_id)
   }
 end
 
--- L2 only: m (source "postgres", or "new" for an unknown thread) | nil, err
+-- L2 only: m (source "postgres", or "new" for an unknown thread) | nil, err.
+-- One read-only transaction: the conversation, its recent messages and
+-- the user's profile as of one moment.
 function Mem:load_l2(thread_id, user_id)
-  local rows, err = self.db:query([[
+  return self.db:transaction(function(tx)
+    local rows, err = tx:query([[
 SELECT turn, last_intent, summary::text AS summary FROM conversations WHERE thread_id = $1]], { thread_id })
-  if not rows then return nil, err end
-  local p
-  p, err = profile.get(self.store, user_id)
-  if err then return nil, err end
-  local r = rows[1] or {}
-  local m = {
-    source = nz(r.turn) and "postgres" or "new",
-    turn = nz(r.turn) or 0, intent = nz(r.last_intent), location = p and p.last_location,
-    summary = decode_json(nz(r.summary)), messages = {},
-  }
-  if m.source == "postgres" and self.recent > 0 then
-    local msgs
-    msgs, err = self.db:query([[
+    if not rows then error(err, 0) end
+    local view
+    view, err = self.store:with(tx)
+    if not view then error(err, 0) end
+    local p
+    p, err = profile.get(view, user_id)
+    if err then error(err, 0) end
+    local r = rows[1] or {}
+    local m = {
+      source = nz(r.turn) and "postgres" or "new",
+      turn = nz(r.turn) or 0, intent = nz(r.last_intent), location = p and p.last_location,
+      summary = decode_json(nz(r.summary)), messages = {},
+    }
+    if m.source == "postgres" and self.recent > 0 then
+      local msgs
+      msgs, err = tx:query([[
 SELECT role, content, turn, intent FROM messages WHERE thread_id = $1
 ORDER BY id DESC LIMIT $2]], { thread_id, self.recent })
-    if not msgs then return nil, err end
-    for i = #msgs, 1, -1 do
-      local x = msgs[i]
-      m.messages[#m.messages + 1] = { role = x.role, content = x.content, turn = x.turn, intent = nz(x.intent) }
+      if not msgs then error(err, 0) end
+      for i = #msgs, 1, -1 do
+        local x = msgs[i]
+        m.messages[#m.messages + 1] = { role = x.role, content = x.content, turn = x.turn, intent = nz(x.intent) }
+      end
     end
-  end
-  return m
+    return m
+  end)
 end
 
 function Mem:load(thread_id, user_id)

@@ -447,15 +447,21 @@ end
 local Pipeline = {}
 Pipeline.__index = Pipeline
 
-function Pipeline:call(cmd, ...)
-  local name = check_name("call", cmd)
+-- A command that cannot go in a pipeline raises, naming it.
+local function check_pipelined(name, level, ...)
   if refused[name] and name ~= "MULTI" and name ~= "EXEC" and name ~= "DISCARD" then
     error(format("bad argument #1 to 'call' (%s cannot be sent on a shared connection: %s)",
-      name, refused[name]), 2)
+      name, refused[name]), level + 1)
   end
   if is_blocking(name, ...) and name ~= "WAIT" and name ~= "WAITAOF" then
-    error(format("bad argument #1 to 'call' (blocking command %s cannot be pipelined; use conn:call)", name), 2)
+    error(format("bad argument #1 to 'call' (blocking command %s cannot be pipelined; use conn:call)", name),
+      level + 1)
   end
+end
+
+function Pipeline:call(cmd, ...)
+  local name = check_name("call", cmd)
+  check_pipelined(name, 2, ...)
   local n = select("#", ...)
   local c = { cmd, ... }
   for i = 1, n do
@@ -476,25 +482,37 @@ end
 -- task's commands can interleave with.
 function Conn:pipeline(fn)
   check_conn(self, "pipeline")
-  local p = setmetatable({ cmds = {} }, Pipeline)
+  local cmds
   if type(fn) == "function" then
+    local p = setmetatable({ cmds = {} }, Pipeline)
     fn(p)
+    cmds = p.cmds
   elseif type(fn) == "table" then
+    -- the lists as given: names checked here, arguments by the connection
+    -- before anything is sent
     for i = 1, #fn do
       local c = fn[i]
       if type(c) ~= "table" then
         error(format("bad argument #1 to 'pipeline' (command %d is not a list)", i), 2)
       end
-      p:call(unpack(c, 1, #c))
+      local cmd = c[1]
+      if type(cmd) ~= "string" or cmd == "" then
+        error(format("bad argument #1 to 'call' (command name expected, got %s)", type(cmd)), 2)
+      end
+      local name = upper(cmd)
+      if refused[name] or blocking[name] or name == "XREAD" or name == "XREADGROUP" then
+        check_pipelined(name, 2, unpack(c, 2, #c))
+      end
     end
+    cmds = fn
   else
     error("bad argument #1 to 'pipeline' (function or list of commands expected)", 2)
   end
-  if #p.cmds == 0 then return {} end
+  if #cmds == 0 then return {} end
   local raw, err = ensure(self)
   if not raw then return nil, err end
-  if not self.cfg.sentinels then return raw:pipeline(p.cmds) end
-  return pipeline_on_master(self, raw, p.cmds)
+  if not self.cfg.sentinels then return raw:pipeline(cmds) end
+  return pipeline_on_master(self, raw, cmds)
 end
 
 -- conn:set_timeout(sec): bound on every later command (0 or nil: none).

@@ -4,10 +4,13 @@ moongraph.checkpoint.cached — Redis in front of Postgres.
   local cp = mg.checkpoint.cached(
     mg.checkpoint.redis(redis_url, { ttl = 3600 }),   -- L1: fast reads, expires
     mg.checkpoint.postgres(pg_url),                    -- durable store
-    { retry_after = 1 })
+    { retry_after = 1, write_through = true })
 
 Every write goes to Postgres first and counts only when Postgres took it;
-then it is copied to Redis. A Redis failure never fails a write or a read:
+then it is copied to Redis. With `write_through = false` writes go to
+Postgres only and Redis holds what reads fetched from Postgres: for threads
+that are written far more often than read back (a worker's job threads,
+read only when a crashed job resumes). A Redis failure never fails a write or a read:
 Redis is only a cache, and after a failure it is left alone for
 `retry_after` seconds.
 
@@ -19,7 +22,8 @@ Redis write or a Redis restart is never served, and the large state values
 travel from Redis rather than from Postgres.
 
 History (list) and delete_thread go to Postgres; delete_thread also clears
-Redis.
+Redis. delete_thread_in(tx, thread_id) deletes in the caller's Postgres
+transaction (see the Postgres saver); uncache(thread_id) then clears Redis.
 ]]
 
 local type, error, ipairs, pcall, setmetatable, tostring =
@@ -53,10 +57,17 @@ function _M.new(l1, durable, opts)
   if type(retry_after) ~= "number" or retry_after < 0 then
     error("bad argument #3 to 'cached': retry_after must be a non-negative number of seconds", 2)
   end
+  local write_through = true
+  if opts and opts.write_through ~= nil then
+    if type(opts.write_through) ~= "boolean" then
+      error("bad argument #3 to 'cached': write_through must be a boolean", 2)
+    end
+    write_through = opts.write_through
+  end
   -- Postgres decides conflicts; Redis copies what it took
   l1.cache_only = true
   return setmetatable({ l1 = l1, durable = durable, retry_after = retry_after,
-    concurrent_writes = durable.concurrent_writes }, mt)
+    write_through = write_through, concurrent_writes = durable.concurrent_writes }, mt)
 end
 
 -- Call the cache, swallowing its failures (raised or returned). After a
@@ -78,7 +89,7 @@ function saver:put(cfg, checkpoint, metadata)
   common.check_cfg(cfg, "put")
   local r, err = self.durable:put(cfg, checkpoint, metadata)
   if not r then return nil, err end
-  cache_call(self, "put", cfg, checkpoint, metadata)
+  if self.write_through then cache_call(self, "put", cfg, checkpoint, metadata) end
   return r
 end
 
@@ -86,7 +97,7 @@ function saver:put_writes(cfg, task_id, writes)
   common.check_cfg(cfg, "put_writes")
   local ok, err = self.durable:put_writes(cfg, task_id, writes)
   if not ok then return nil, err end
-  cache_call(self, "put_writes", cfg, task_id, writes)
+  if self.write_through then cache_call(self, "put_writes", cfg, task_id, writes) end
   return true
 end
 
@@ -103,6 +114,7 @@ function saver:put_batch(list)
       if not ok then return nil, err end
     end
   end
+  if not self.write_through then return true end
   if type(self.l1.put_batch) == "function" then
     cache_call(self, "put_batch", list)
   else
@@ -181,6 +193,24 @@ function saver:delete_thread(thread_id)
   end
   local ok, err = self.durable:delete_thread(thread_id)
   if not ok then return nil, err end
+  cache_call(self, "delete_thread", thread_id)
+  return true
+end
+
+-- The thread deleted inside the caller's Postgres transaction; Redis is
+-- cleared by uncache(thread_id) once it committed.
+function saver:delete_thread_in(tx, thread_id)
+  if type(self.durable.delete_thread_in) ~= "function" then
+    error("'delete_thread_in': the durable saver cannot delete inside a transaction", 2)
+  end
+  return self.durable:delete_thread_in(tx, thread_id)
+end
+
+-- Drop the thread's copy in Redis (a failure is left to the copy's ttl).
+function saver:uncache(thread_id)
+  if thread_id == nil then
+    error("bad argument #1 to 'uncache': thread id expected", 2)
+  end
   cache_call(self, "delete_thread", thread_id)
   return true
 end

@@ -17,10 +17,13 @@ Tables (created by versioned migrations, see `migrations` below):
                                 namespace: a put must extend it (optimistic
                                 concurrency, see checkpoint/common.lua)
 
-A state value is written only when it changed: the saver remembers the JSON
-of every key it last wrote or read for a thread (and namespace), and an
-unchanged key points at the blob version already stored, so a large value
-that stays the same is stored once however many steps follow. A blob's
+A state value is written only when it changed: the saver remembers the
+value and the JSON of every key it last wrote or read for a thread (and
+namespace), and an unchanged key points at the blob version already stored,
+so a large value that stays the same is stored once however many steps
+follow. A key holding the very same Lua value as last time is not encoded
+again (the engine never changes a state value in place: nodes and reducers
+return new ones, docs/graphs.md); another value is encoded and compared. A blob's
 version is the id of the checkpoint that first held the value. A checkpoint and its new blobs go in
 one statement, so they are saved together or not at all.
 
@@ -29,11 +32,12 @@ a PostgreSQL advisory lock: any number of workers may start at once against
 an empty database and exactly one of them creates the schema.
 
 Implements the saver interface of docs/checkpoints.md: put, put_writes, get,
-list, delete_thread; runtime failures return nil, err.
+list, delete_thread; runtime failures return nil, err. Also put_batch, head
+and delete_thread_in (the delete inside a caller's transaction).
 ]]
 
-local type, error, tostring, setmetatable, ipairs, pairs, next =
-  type, error, tostring, setmetatable, ipairs, pairs, next
+local type, error, tostring, setmetatable, ipairs, pairs, next, rawequal =
+  type, error, tostring, setmetatable, ipairs, pairs, next, rawequal
 local format = string.format
 local sort, concat, remove = table.sort, table.concat, table.remove
 
@@ -316,11 +320,19 @@ local function add_put(self, b, cfg, checkpoint, metadata)
     if type(channel) ~= "string" then
       return nil, "checkpoint.values has a non-string key " .. tostring(channel)
     end
-    local text, eerr = json.encode(value, { name = "checkpoint.values." .. channel })
-    if not text then return nil, eerr end
     local k = known[channel]
-    if not (k and k.text == text) then
-      k = { text = text, version = id }
+    local text
+    if k and rawequal(k.value, value) then
+      text = k.text
+    else
+      local eerr
+      text, eerr = json.encode(value, { name = "checkpoint.values." .. channel })
+      if not text then return nil, eerr end
+      if k and k.text == text then
+        k = { text = text, version = k.version, stored = k.stored, value = value }
+      else
+        k = { text = text, version = id, value = value }
+      end
     end
     now[channel] = k
     versions[channel] = k.version
@@ -532,7 +544,7 @@ local function tuples(self, cfg, ns, rows, seed)
       val, err = decode(text, format("value of '%s' in checkpoint %s", ch, id))
       if val == nil then return nil, err end
       values[ch] = val
-      seeded[ch] = { text = text, version = v, stored = true }
+      seeded[ch] = { text = text, version = v, stored = true, value = val }
     end
     checkpoint.values = values
     if i == 1 and seed then cache_set(self, cache_key(cfg.thread_id, ns), seeded) end
@@ -631,6 +643,12 @@ function saver:head(cfg)
   return { checkpoint_id = r.checkpoint_id, tasks = tasks }
 end
 
+local DELETE_SQL = [[
+    WITH w AS (DELETE FROM moongraph_checkpoint_writes WHERE thread_id = $1),
+         b AS (DELETE FROM moongraph_checkpoint_blobs WHERE thread_id = $1),
+         h AS (DELETE FROM moongraph_checkpoint_heads WHERE thread_id = $1)
+    DELETE FROM moongraph_checkpoints WHERE thread_id = $1]]
+
 function saver:delete_thread(thread_id)
   if thread_id == nil then
     error("bad argument #1 to 'delete_thread': thread id expected", 2)
@@ -639,11 +657,28 @@ function saver:delete_thread(thread_id)
   local ok, err = ready(self)
   if not ok then return nil, err end
   cache_drop_thread(self, thread_id)
-  ok, err = self.db:query([[
-    WITH w AS (DELETE FROM moongraph_checkpoint_writes WHERE thread_id = $1),
-         b AS (DELETE FROM moongraph_checkpoint_blobs WHERE thread_id = $1),
-         h AS (DELETE FROM moongraph_checkpoint_heads WHERE thread_id = $1)
-    DELETE FROM moongraph_checkpoints WHERE thread_id = $1]], { thread_id })
+  ok, err = self.db:query(DELETE_SQL, { thread_id })
+  if not ok then return nil, err end
+  return true
+end
+
+--[[ delete_thread_in(tx, thread_id) -> true | nil, err
+delete_thread as one statement of the caller's transaction `tx` (a
+moongraph.pg transaction on this saver's database): the thread goes when,
+and only when, that transaction commits — e.g. with the row that makes its
+checkpoints useless. ]]
+function saver:delete_thread_in(tx, thread_id)
+  if type(tx) ~= "table" or type(tx.query) ~= "function" then
+    error("bad argument #1 to 'delete_thread_in': transaction expected, got " .. type(tx), 2)
+  end
+  if thread_id == nil then
+    error("bad argument #2 to 'delete_thread_in': thread id expected", 2)
+  end
+  thread_id = tostring(thread_id)
+  local ok, err = ready(self)
+  if not ok then return nil, err end
+  cache_drop_thread(self, thread_id)
+  ok, err = tx:query(DELETE_SQL, { thread_id })
   if not ok then return nil, err end
   return true
 end

@@ -94,7 +94,10 @@ local function new_run(app, cfg, parent, ns, sink, trace)
       if mode ~= "sync" and mode ~= "async" and mode ~= "exit" then
         error("bad argument #2 to 'invoke': durability must be \"sync\", \"async\" or \"exit\"", 0)
       end
-      run.writer = writer.new(saver, mode, run.thread_id)
+      if cfg.drop_unsaved ~= nil and type(cfg.drop_unsaved) ~= "boolean" then
+        error("bad argument #2 to 'invoke': drop_unsaved must be a boolean", 0)
+      end
+      run.writer = writer.new(saver, mode, run.thread_id, cfg.drop_unsaved)
     end
   end
   if run.writer and run.writer.mode == "exit" then run.exit = { writes = {} } end
@@ -323,6 +326,16 @@ end
 local function saved(run, cfg)
   local saver = run.saver
   local want_id = run.root and cfg.checkpoint_id or nil
+  if run.root and not want_id and cfg.checkpoint_tuple ~= nil then
+    -- the caller has just read the thread's latest from this same saver
+    -- (false: it has none)
+    local given = cfg.checkpoint_tuple
+    if given == false then return nil, nil end
+    if type(given) ~= "table" or type(given.checkpoint) ~= "table" then
+      return nil, nil, "bad argument #2 to 'invoke': checkpoint_tuple must be a saver's tuple or false"
+    end
+    return given, given.checkpoint.id
+  end
   local ok, got, err = pcall(saver.get, saver, {
     thread_id = run.thread_id, checkpoint_ns = run.ns, checkpoint_id = want_id })
   if not ok then return nil, nil, "checkpointer get failed: " .. tostring(got) end

@@ -5,11 +5,21 @@ its saver, by durability mode:
   sync   each write is awaited before the run goes on
   async  one writer task per run issues the writes in order while the run
          goes on; the run waits for all of them at its end. A saver with
-         put_batch gets every write queued meanwhile in one call (one
-         transaction, one round trip). A saver whose calls never yield
-         (yields = false) is called at once, as with sync
+         put_batch gets the writes in batches of one call each (one
+         transaction, one round trip): a batch goes once the run has
+         queued nothing new for GATHER_PASSES turns of the scheduler (it
+         waits on something outside the process, or it ended), so the steps
+         a run computes in a row share one batch. A saver whose calls never
+         yield (yields = false) is called at once, as with sync
   exit   the latest checkpoint of each namespace and its writes are kept in
          memory and saved when the run (or subgraph run) ends
+
+With `drop_unsaved` (the run's cfg.drop_unsaved) the root run's writes not
+yet issued when it ends are dropped instead of saved (async: the queue;
+exit: the final checkpoint); writes already on their way complete. For a
+caller that makes the run's outcome durable itself and then deletes the
+thread (the worker stores a job's result): a crash before that costs what a
+crash at the run's end would.
 
 A writer belongs to the root run and is shared by its subgraph runs. The
 first saver failure is kept in writer.err and ends the run; later writes
@@ -45,14 +55,20 @@ local type, tostring, pcall, ipairs, next, setmetatable = type, tostring, pcall,
 
 -- the most writes one put_batch call carries
 local BATCH = 64
+-- turns of the scheduler without a new write before a batch goes: a run
+-- that computes queues a write every few turns (a node's task starts, runs,
+-- hands its result back; a fan-out's tasks take a few more); one waiting on
+-- I/O queues none
+local GATHER_PASSES = 8
 
 local tasks = require "moongraph.tasks"
 local copy = require("moongraph.json").copy
 
 local _M = {}
 
-function _M.new(saver, mode, thread_id)
-  return { saver = saver, mode = mode, thread_id = thread_id, err = nil, q = nil, task = nil, limit = 1 }
+function _M.new(saver, mode, thread_id, drop_unsaved)
+  return { saver = saver, mode = mode, thread_id = thread_id, err = nil, q = nil, task = nil, limit = 1,
+           drop_unsaved = drop_unsaved or false, dropping = false }
 end
 
 -- saver -> thread_id -> { [task] = true }: write tasks that outlived their run
@@ -128,11 +144,24 @@ end
 
 --[[ The async writer of a saver with put_batch: whatever the run queued
 while the previous batch was on its way goes in the next one, in order. ]]
+local function gather(w, q)
+  local n, quiet = q:len(), 0
+  while quiet < GATHER_PASSES and n < BATCH and not w.dropping do
+    tasks.sleep(0)
+    local m = q:len()
+    if m > n then quiet = 0 else quiet = quiet + 1 end
+    n = m
+  end
+end
+
 local function batch_loop(w)
   local q = w.q
   while true do
     local job = q:get()
     if job == nil then return end
+    if not job.flush then
+      gather(w, q)
+    end
     local list, flushes = {}, nil
     while job do
       if job.flush then
@@ -144,7 +173,7 @@ local function batch_loop(w)
       if #list >= BATCH or q:len() == 0 then break end
       job = q:get()
     end
-    if list[1] then batch_call(w, list) end
+    if list[1] and not w.dropping then batch_call(w, list) end
     if flushes then
       for i = 1, #flushes do flushes[i]:put(true) end
     end
@@ -176,7 +205,7 @@ local function writer_loop(w)
     if job.flush then
       while inflight > 0 do done:get(); inflight = inflight - 1 end
       job.flush:put(true)
-    elseif not w.err then
+    elseif not w.err and not w.dropping then
       if limit <= 1 then
         saver_call_here(w, job.op, job.a, job.b, job.c)
       else
@@ -284,6 +313,9 @@ function _M.flush(run)
   if not w then return true end
   if w.mode == "exit" then
     local ex = run.exit
+    if run.root and w.drop_unsaved then
+      ex.put, ex.writes = nil, {}
+    end
     if ex.put then
       local p = ex.put
       ex.put = nil
@@ -310,6 +342,7 @@ function _M.flush(run)
       ex.writes = {}
     end
   elseif w.mode == "async" and w.q and run.root then
+    if w.drop_unsaved then w.dropping = true end
     _M.drain(w)
   end
   if w.err then return nil, w.err end

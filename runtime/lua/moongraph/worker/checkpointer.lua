@@ -5,7 +5,9 @@
 -- re-runs only the unfinished tasks; the thread is deleted once the result
 -- is stored. The kinds:
 --
---   cached     Postgres, read through a Redis cache (default)
+--   cached     Postgres, read through a Redis cache (default); a job's
+--              checkpoints are written to Postgres only (write_through =
+--              false): Redis holds what a resumed job read
 --   postgres   Postgres only
 --   redis      Redis only (durable as far as Redis persistence goes)
 --   file:DIR   JSON files under DIR (workers sharing one disk)
@@ -16,6 +18,11 @@
 -- The Redis and Postgres savers are mg.checkpoint.redis(url, {ttl}),
 -- mg.checkpoint.postgres(url) and mg.checkpoint.cached(redis_saver,
 -- postgres_saver); each keeps its own connections.
+--
+--   checkpointer.in_results_db(kind)   -- true: the saver keeps its rows in
+--                                      -- the worker's own database, so a job's
+--                                      -- checkpoints are deleted in the
+--                                      -- transaction that stores its result
 
 local checkpoint = require "moongraph.checkpoint"
 
@@ -25,6 +32,10 @@ local _M = {}
 
 function _M.thread(job_id)
   return "job:" .. job_id
+end
+
+function _M.in_results_db(kind)
+  return kind == "cached" or kind == "postgres"
 end
 
 -- The constructor mg.checkpoint.<name>, or moongraph.checkpoint.<name>.new.
@@ -76,7 +87,7 @@ function _M.open(kind, ctx)
     if not l1 then return nil, e1 end
     local l2, e2 = make(fp, ctx.pg_url, pg_opts)
     if not l2 then return nil, e2 end
-    return make(fc, l1, l2)
+    return make(fc, l1, l2, { write_through = false })
   end
   return nil, "unknown checkpoint kind '" .. kind .. "' (cached, postgres, redis, file:DIR or memory)"
 end

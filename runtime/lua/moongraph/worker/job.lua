@@ -137,6 +137,14 @@ function _M.unstorable(v, path, depth)
   return nil
 end
 
+-- storable_json(text) -> true when JSON text made by moongraph.json holds
+-- nothing unstorable would name: valid UTF-8 and no \u0000 escape (how it
+-- writes a NUL). False may be a false alarm (a string holding a backslash
+-- and "u0000"): unstorable then tells.
+function _M.storable_json(text)
+  return utf8_len(text) ~= nil and not string_find(text, "\\u0000", 1, true)
+end
+
 -- The value of `name` in a stream entry's flat field list.
 function _M.field(fields, name)
   if type(fields) ~= "table" then return nil end

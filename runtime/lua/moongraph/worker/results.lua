@@ -3,13 +3,15 @@
 --
 --   local results = require "moongraph.worker.results"
 --   local row, err = results.get(db, job_id)        -- row | nil (none yet) | nil, err
---   local inserted, row = results.commit(db, row, function(tx) ... end)
+--   local inserted, row = results.commit(db, row, function(tx) ... end [, fence [, cleanup]])
 --
 -- commit inserts the row unless the job already has one (job_id is the
 -- primary key), and only when it inserted runs `also(tx)` in the same
 -- transaction (what the script's record hook writes), so a job delivered
 -- twice stores one answer and records it once. It returns false and the
--- stored row when the job already had a result.
+-- stored row when the job already had a result. `cleanup(tx)` runs in the
+-- same transaction either way (the job's checkpoints, useless once a result
+-- is stored, go with it).
 --
 -- Fences: a job runs holding its thread's lease (moongraph.multitask), whose
 -- token grows with each holder. The table thread_fences keeps, per thread,
@@ -18,6 +20,8 @@
 -- ("stale"), so it cannot write over a later turn of the conversation.
 --
 --   local ok, err = results.claim(db, thread_id, token)   -- false: a later holder claimed it
+--   local ok, stored = results.claim(db, thread_id, token, job_id)
+--                                       -- and the job's stored row, if any (one statement)
 --   results.commit(db, row, also, { thread_id =, token = })
 
 local pg = require "moongraph.pg"
@@ -65,38 +69,82 @@ RETURNING thread_id]]
 
 _M.STALE = "stale lease: a later run of the thread holds it"
 
--- claim(db, thread_id, token) -> true | false (a later holder already
--- claimed the thread) | nil, err
-function _M.claim(db, thread_id, token)
-  local rows, err = db:query(FENCE, { thread_id, tostring(token) })
+local CLAIM_AND_GET = [[
+WITH f AS (]] .. FENCE .. [[)
+SELECT (SELECT count(*) FROM f)::int AS claimed,
+  r.job_id, r.thread_id, r.user_id, r.status, r.answer, r.error, r.state::text AS state, r.worker, r.deliveries
+FROM (SELECT 1) AS one LEFT JOIN job_results r ON r.job_id = $3]]
+
+-- claim(db, thread_id, token [, job_id]) -> true | false (a later holder
+-- already claimed the thread) | nil, err. With job_id, the job's stored
+-- row (or nil) comes second, read in the same statement.
+function _M.claim(db, thread_id, token, job_id)
+  if job_id == nil then
+    local rows, err = db:query(FENCE, { thread_id, tostring(token) })
+    if not rows then return nil, err end
+    return rows[1] ~= nil
+  end
+  local rows, err = db:query(CLAIM_AND_GET, { thread_id, tostring(token), job_id })
   if not rows then return nil, err end
-  return rows[1] ~= nil
+  local r = rows[1]
+  local stored = nil
+  if r.job_id ~= pg.null and r.job_id ~= nil then stored = row_of(r) end
+  return r.claimed == 1, stored
 end
 
--- commit(db, row, also [, fence]) -> inserted, stored_row | nil, err
+local INSERT = [[
+INSERT INTO job_results (job_id, thread_id, user_id, status, answer, error, state, worker, deliveries)
+VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9)
+ON CONFLICT (job_id) DO NOTHING
+RETURNING job_id]]
+
+-- The fence claim and the insert in one statement: the row goes in only
+-- when the claim does.
+local FENCED_INSERT = [[
+WITH f AS (
+  INSERT INTO thread_fences (thread_id, token) VALUES ($10, $11::numeric)
+  ON CONFLICT (thread_id) DO UPDATE SET token = EXCLUDED.token, updated_at = now()
+    WHERE thread_fences.token <= EXCLUDED.token
+  RETURNING thread_id
+), i AS (
+  INSERT INTO job_results (job_id, thread_id, user_id, status, answer, error, state, worker, deliveries)
+  SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::jsonb, $8::text, $9::int
+  WHERE EXISTS (SELECT 1 FROM f)
+  ON CONFLICT (job_id) DO NOTHING
+  RETURNING job_id
+)
+SELECT (SELECT count(*) FROM f)::int AS fenced, (SELECT count(*) FROM i)::int AS inserted]]
+
+-- commit(db, row, also [, fence [, cleanup]]) -> inserted, stored_row | nil, err
 -- row: job_id, thread_id, user_id, status ("done" | "failed" |
 -- "interrupted"), answer, error, state (a table; or state_text, its JSON),
 -- worker, deliveries.
-function _M.commit(db, row, also, fence)
+function _M.commit(db, row, also, fence, cleanup)
   local state_text = row.state_text
   if not state_text then
     local err
     state_text, err = json.encode(row.state or {}, { name = "state" })
     if not state_text then return nil, "job_results: " .. err end
   end
+  local values = { row.job_id, row.thread_id, arg(row.user_id), row.status or "done",
+    arg(row.answer), arg(row.error), state_text, arg(row.worker), arg(row.deliveries) }
   return db:transaction(function(tx)
+    local rows, err
     if fence then
-      local f, ferr = tx:query(FENCE, { fence.thread_id, tostring(fence.token) })
-      if not f then error("thread_fences: " .. tostring(ferr), 0) end
-      if not f[1] then error(_M.STALE, 0) end
+      values[10], values[11] = fence.thread_id, tostring(fence.token)
+      local r
+      r, err = tx:query(FENCED_INSERT, values)
+      if not r then error("job_results: " .. tostring(err), 0) end
+      if r[1].fenced == 0 then error(_M.STALE, 0) end
+      rows = r[1].inserted == 1 and { r[1] } or {}
+    else
+      rows, err = tx:query(INSERT, values)
+      if not rows then error("job_results: " .. tostring(err), 0) end
     end
-    local rows, err = tx:query([[
-INSERT INTO job_results (job_id, thread_id, user_id, status, answer, error, state, worker, deliveries)
-VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9)
-ON CONFLICT (job_id) DO NOTHING
-RETURNING job_id]], { row.job_id, row.thread_id, arg(row.user_id), row.status or "done",
-      arg(row.answer), arg(row.error), state_text, arg(row.worker), arg(row.deliveries) })
-    if not rows then error("job_results: " .. tostring(err), 0) end
+    if cleanup then
+      local ok, cerr = cleanup(tx)
+      if not ok then error("cleanup: " .. tostring(cerr), 0) end
+    end
     if rows[1] then
       if also then
         local ok, aerr = also(tx)

@@ -12,25 +12,32 @@
 --   1. decode; a bad job (or one with an unknown script, or delivered more
 --      than max_deliveries times) goes to the dead-letter stream, its
 --      listeners get error + done, and it is acknowledged;
---   2. a job that already has a row in job_results only finishes its events
---      and is acknowledged (a duplicate delivery, or a worker that died
---      after storing the result); the script's `forget` hook runs;
+--   2. a job that already has a row in job_results only finishes its
+--      events and is acknowledged (a duplicate delivery, or a worker that
+--      died after storing the result); the script's `forget` hook runs;
 --   2b. the job takes its conversation's lease (moongraph.multitask; one job
 --      of a thread_id at a time, by its multitask_strategy) and claims the
---      thread's fence in Postgres with the lease's token; a job that cannot
---      have it (reject) or is stopped by a later one (interrupt, rollback)
---      is stored with that status and reason in step 4;
+--      thread's fence in Postgres with the lease's token — for a first
+--      delivery of an `enqueue` job (the default) that statement also does
+--      the reading of step 2; a job that cannot have the lease (reject) or
+--      is stopped by a later one (interrupt, rollback) is stored with that
+--      status and reason in step 4;
 --   3. otherwise its run starts, or resumes from the checkpoints of thread
 --      "job:<job_id>" when an earlier attempt left some (only unfinished
---      tasks run again); a new run's input is the job's input, or what the
---      script's `input` hook builds from it;
+--      tasks run again; a first delivery has none and reads none: should
+--      one exist after all (Redis lost the delivery count), the run starts
+--      over, and a checkpoint it writes conflicts, after which the job reads
+--      the saved one and resumes); a new run's input is the job's input, or
+--      what the script's `input` hook builds from it;
 --   4. the result (what the `result` hook makes of the final state) and
 --      whatever the `record` hook writes are stored in one Postgres
 --      transaction, insert-once on job_id and refused if the thread's fence
---      moved past this job's token: `record` runs exactly once per job;
+--      moved past this job's token: `record` runs exactly once per job; the
+--      job's checkpoints are deleted in that transaction when the saver
+--      keeps them in the same database (checkpointer.in_results_db);
 --   5. then the `committed` hook (caches), the thread is released, answer
 --      and done events (written once), XACK + XDEL, and the job's
---      checkpoints are deleted.
+--      checkpoints are deleted (those step 4 did not).
 --
 -- A run of the LangGraph API (a job with a `run` field,
 -- moongraph.worker.langgraph) goes through the same steps, except that its
@@ -539,15 +546,13 @@ function _M.run(W, entry, js)
   -- to the job's deadline, rather than leaving the job for claim_idle)
   local deadline = t_start + cfg.job_timeout
 
-  -- 2. already answered?
-  local existing, gerr = retry(W, log, "reading the job's result", deadline, function()
-    local row, err = results.get(W.db, j.job_id)
-    if row then return row end
-    if err then return nil, err end
-    return false
-  end)
-  if existing == nil then return release(W, log, "postgres: " .. tostring(gerr)) end
-  if existing then
+  -- 2. already answered? A first delivery of an `enqueue` job asks with
+  -- its fence claim; the other strategies act on the thread's other jobs
+  -- when they take the lease, so they ask before
+  local first = (entry.deliveries or 1) == 1
+  local ask_with_claim = first and (j.multitask_strategy or "enqueue") == "enqueue"
+  local function duplicate(existing)
+    release_thread(js)
     js.phase = "finishing"
     log:info("job already has a result: finishing it", { deliveries = entry.deliveries })
     if hooks.forget and not j.run then after_hook(log, "the forget hook", hooks.forget, j, env) end
@@ -570,6 +575,16 @@ function _M.run(W, entry, js)
     pcall(W.saver.delete_thread, W.saver, checkpointer.thread(j.job_id))
     return "duplicate"
   end
+  if not ask_with_claim then
+    local existing, gerr = retry(W, log, "reading the job's result", deadline, function()
+      local row, err = results.get(W.db, j.job_id)
+      if row then return row end
+      if err then return nil, err end
+      return false
+    end)
+    if existing == nil then return release(W, log, "postgres: " .. tostring(gerr)) end
+    if existing then return duplicate(existing) end
+  end
   if (entry.deliveries or 1) > cfg.max_deliveries then
     return dead(W, entry, ("delivered %d times without finishing (max %d)")
       :format(entry.deliveries, cfg.max_deliveries), j.job_id, js)
@@ -582,11 +597,14 @@ function _M.run(W, entry, js)
   if lease then
     js.lease = lease
     -- fence: from now on a stalled earlier holder cannot commit
-    local claimed, cerr = retry(W, log, "claiming the thread", deadline, function()
-      return results.claim(W.db, j.thread_id, lease.token)
+    local claim, cerr = retry(W, log, "claiming the thread", deadline, function()
+      local c, e = results.claim(W.db, j.thread_id, lease.token, ask_with_claim and j.job_id or nil)
+      if c == nil then return nil, e end
+      return { claimed = c, stored = e }
     end)
-    if claimed == nil then return release(W, log, "postgres: " .. first_line(cerr)) end
-    if claimed == false then
+    if claim == nil then return release(W, log, "postgres: " .. first_line(cerr)) end
+    if claim.stored then return duplicate(claim.stored) end
+    if not claim.claimed then
       js.lease = nil
       return release(W, log, "a later job of the thread holds it")
     end
@@ -609,24 +627,35 @@ function _M.run(W, entry, js)
   -- 3. start or resume the run; a run stopped by a transient failure (its
   -- checkpointer away) resumes here from its last checkpoint
   local thread = checkpointer.thread(j.job_id)
+  local read_checkpoint = false
   local em = events.emitter(W.redis, key, { maxlen = cfg.events_maxlen, log = log, metrics = W.metrics })
   local guard <close> = setmetatable({}, { __close = function() em:abandon() end })
   local run_cfg = {
     thread_id = thread, modes = { "values", "tasks", "messages" }, llm = W.llm,
     durability = cfg.durability,
+    -- what the run has not saved when it ends is superseded by the result
+    -- (step 4), which also deletes the thread
+    drop_unsaved = true,
     job_id = j.job_id, conversation_id = j.thread_id, user_id = j.user_id,
   }
   local input, built = nil, false
   local state, rerr
   local delay, failures = 0.05, 0
+  local none_yet = first   -- a first delivery: no earlier attempt saved anything
   while not forced do
     if js.preempted then break end
-    local tup, terr = retry(W, log, "reading the job's checkpoint", deadline, function()
-      local gok, t, e = pcall(W.saver.get, W.saver, { thread_id = thread })
-      if not gok then return nil, t end
-      if t == nil and e then return nil, e end
-      return t or false
-    end, true)
+    local tup, terr = false, nil
+    if none_yet then
+      none_yet = false
+    else
+      tup, terr = retry(W, log, "reading the job's checkpoint", deadline, function()
+        local gok, t, e = pcall(W.saver.get, W.saver, { thread_id = thread })
+        if not gok then return nil, t end
+        if t == nil and e then return nil, e end
+        return t or false
+      end, true)
+      if tup then read_checkpoint = true end
+    end
     if tup == nil then
       mg.timeout(1, em.flush, em)
       return release(W, log, "checkpointer: " .. first_line(terr))
@@ -648,6 +677,8 @@ function _M.run(W, entry, js)
       -- the run had ended before the last attempt stopped: its final state
       state, rerr = tup.checkpoint.values or {}, nil
     else
+      -- the engine starts from the tuple just read instead of reading it again
+      run_cfg.checkpoint_tuple = tup
       state, rerr = run_graph(W, js, script, tup and nil or input, run_cfg, em, log, entry.deliveries or 1,
         math.max(0, deadline - mg.now()))
     end
@@ -690,14 +721,12 @@ function _M.run(W, entry, js)
       row.status = state.__interrupt__ ~= nil and "interrupted" or "done"
       row.answer, row.state, extra.event = res.answer, res.state, res.event
       -- (text PostgreSQL refuses would fail the insert on every attempt)
-      local why = job.unstorable(row.answer, "answer") or job.unstorable(row.state, "state")
+      -- (the state is walked for the culprit only when its JSON shows one)
+      local text, serr = json.encode(row.state, { name = "state" })
+      local why = job.unstorable(row.answer, "answer")
+        or ((not text or not job.storable_json(text)) and job.unstorable(row.state, "state"))
         or job.unstorable(extra.event, "event")
-      local text, serr
-      if why then
-        serr = why .. "; text must be UTF-8 without NUL"
-      else
-        text, serr = json.encode(row.state, { name = "state" })
-      end
+      if why then text, serr = nil, why .. "; text must be UTF-8 without NUL" end
       if text then
         row.state_text = text
       else
@@ -715,6 +744,14 @@ function _M.run(W, entry, js)
   local fence = js.lease and { thread_id = j.thread_id, token = js.lease.token } or nil
   local fenced = false
   local record_failures = 0
+  -- the job's checkpoints go with the result when they live in its database
+  local saver = W.saver
+  local cleanup = nil
+  if checkpointer.in_results_db(cfg.checkpoint) and type(saver.delete_thread_in) == "function" then
+    -- writes of a cancelled run still on their way land first
+    mg.checkpoint.settle(saver, thread)
+    cleanup = function(tx) return saver:delete_thread_in(tx, thread) end
+  end
   js.phase = "storing"
   persist(log, "storing the result", function()
     local hook_err = nil
@@ -724,7 +761,7 @@ function _M.run(W, entry, js)
       hook_err = first_line(ok and err or r)
       return nil, "the record hook failed: " .. hook_err
     end or nil
-    local ok, inserted, s = pcall(results.commit, W.db, row, also, fence)
+    local ok, inserted, s = pcall(results.commit, W.db, row, also, fence, cleanup)
     if ok and inserted ~= nil then
       stored = s
       row.inserted = inserted
@@ -778,7 +815,12 @@ function _M.run(W, entry, js)
   if row.inserted and forced and forced.status == "interrupted" then outcome = "preempted" end
   W.metrics:inc("jobs_" .. outcome)
   W.metrics:observe("job", outcome, duration)
-  pcall(W.saver.delete_thread, W.saver, thread)
+  if not cleanup then
+    pcall(saver.delete_thread, saver, thread)
+  elseif (read_checkpoint or not first) and type(saver.uncache) == "function" then
+    -- a read (here or in an earlier attempt) may have copied it to the cache
+    pcall(saver.uncache, saver, thread)
+  end
   if outcome == "failed" then
     log:warn("job failed", { error = stored.error, duration_ms = extra.duration_ms })
   else
