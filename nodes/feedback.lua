@@ -127,8 +127,8 @@ local function claims_of(answer)
     pos = (nl or size + 1) + 1
     local at = find(line, "%S")
     local b = at and byte(line, at)
-    if b and b ~= 91 and not (b == 0xE2 and (find(line, HEADING, at, true) == at
-                                             or find(line, NOTICE, at, true) == at)) then
+    if b and b ~= 91 and not (b == 0xE2 and (sub(line, at, at + 2) == HEADING
+                                             or sub(line, at, at + 2) == NOTICE)) then
       local _, e = find(line, "^[%-%*•]%s*", at)
       if e then at = e + 1 end
       _, e = find(line, "^%d+[%.%)]%s*", at)
