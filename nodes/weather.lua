@@ -178,6 +178,18 @@ local function read_slots(items, today, now_key, checked)
   return by_slot, keys
 end
 
+-- The precipitation codes as text (value() of each is itself).
+local PTY_TEXT = { ["0"] = true, ["1"] = true, ["2"] = true, ["3"] = true, ["4"] = true }
+
+-- tonumber(value(v)) with no call to value() for text: a number v reads as
+-- its text does (the n == v, n ~= n test: only a number converts to
+-- itself, or to NaN).
+local function number(v)
+  local n = tonumber(v)
+  if n ~= nil and (n == v or n ~= n) then n = tonumber(str(v)) end
+  return n
+end
+
 -- Pure: forecast items + the current time -> summary table:
 -- { slot = {date, time, TMP, SKY, PTY, POP}, today = {max_pop, min_tmp, max_tmp,
 --   rain_from, snow}, conditions = {rain=bool,...}, tips = {...} }.
@@ -197,11 +209,13 @@ function _M.summarize_items(items, now_epoch)
   for k, v in pairs(slot) do slot[k] = value(v) end
   local t = tips.thresholds
   local day = { max_pop = nil, min_tmp = nil, max_tmp = nil }
-  for _, k in ipairs(keys) do
-    local s = by_slot[k]
-    if value(s.date) == today then
-      local pty = value(s.PTY)
-      local pop, tmp = tonumber(value(s.POP)), tonumber(value(s.TMP))
+  for i = 1, #keys do
+    local s = by_slot[keys[i]]
+    local date = s.date
+    if date == today or (date ~= nil and value(date) == today) then
+      local pty = s.PTY
+      if pty ~= nil and not PTY_TEXT[pty] then pty = value(pty) end
+      local pop, tmp = number(s.POP), number(s.TMP)
       if pop and (not day.max_pop or pop > day.max_pop) then day.max_pop = pop end
       if tmp and (not day.min_tmp or tmp < day.min_tmp) then day.min_tmp = tmp end
       if tmp and (not day.max_tmp or tmp > day.max_tmp) then day.max_tmp = tmp end
