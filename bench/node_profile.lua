@@ -13,9 +13,11 @@
 -- and the decoding of its body, which the node's own cost is above.
 --
 -- With "lines", the Lua lines the node's runs execute are counted (a VM
--- instruction hook) and the top 40 printed.
+-- instruction hook) and the top 40 printed. With "calls", the functions
+-- the runs call, per run (a C function with the line that called it; each
+-- such call costs some hundreds of instructions), the top 30 or $TOP.
 --
---   ./moongraph run bench/node_profile.lua NODE [RUNS] [copies|lines]
+--   ./moongraph run bench/node_profile.lua NODE [RUNS] [copies|lines|calls]
 package.path = "bench/?.lua;spec/support/?.lua;" .. package.path
 local testserver = require "testserver"
 local fx = require "node_fixtures"
@@ -109,6 +111,23 @@ if LINES then
   for i = 1, math.min(40, #keys) do
     print(string.format("%5.1f%%  %s", 100 * counts[keys[i]] / total, keys[i]))
   end
+elseif arg[3] == "calls" then
+  local counts = {}
+  debug.sethook(function()
+    local info = debug.getinfo(2, "Sn")
+    local k = (info.name or "?") .. " " .. info.short_src .. ":" .. info.linedefined
+    if info.what == "C" then
+      local at = debug.getinfo(3, "Sl")
+      if at then k = k .. " from " .. at.short_src .. ":" .. at.currentline end
+    end
+    counts[k] = (counts[k] or 0) + 1
+  end, "c")
+  for i = 1, RUNS do one(states[i]) end
+  debug.sethook()
+  local keys = {}
+  for k in pairs(counts) do keys[#keys + 1] = k end
+  table.sort(keys, function(a, b) return counts[a] > counts[b] end)
+  for i = 1, math.min(tonumber(os.getenv("TOP") or 30), #keys) do print(string.format("%7.1f  %s", counts[keys[i]] / RUNS, keys[i])) end
 elseif not COPIES_ONLY then
   for i = 1, RUNS do one(states[i]) end
 end

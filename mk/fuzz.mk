@@ -85,3 +85,19 @@ fuzz: fuzz-pack
 fuzz-pack: build/fuzz/pack_fuzz
 	@mkdir -p build/fuzz/corpus-pack
 	build/fuzz/pack_fuzz -runs=$(FUZZ_RUNS) -max_len=512 -print_final_stats=1 build/fuzz/corpus-pack fuzz/corpus/pack
+
+# core.sentences.split (fuzz/sentences_fuzz.c) against the Lua patterns it
+# replaces, from the repository root (the harness loads
+# spec/support/sentences_reference.lua).
+build/fuzz/sentences_fuzz: fuzz/sentences_fuzz.c runtime/sentences.c runtime/mg.h
+	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang and libclang-rt-14-dev (apt-get install clang libclang-rt-14-dev)"; exit 1; }
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) fuzz/sentences_fuzz.c runtime/sentences.c -o $@ $(FUZZ_LIBS)
+
+.PHONY: fuzz-sentences
+fuzz: fuzz-sentences
+
+fuzz-sentences: build/fuzz/sentences_fuzz
+	@mkdir -p build/fuzz/corpus-sentences
+	build/fuzz/sentences_fuzz -runs=$(FUZZ_RUNS) -max_len=256 -print_final_stats=1 \
+		build/fuzz/corpus-sentences fuzz/corpus/sentences

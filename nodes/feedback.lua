@@ -32,6 +32,7 @@ local prompts = require "moongraph.prompt"
 local delete_bytes = require("moongraph.text").delete_bytes
 local bigram_hits = require("moongraph.core").codepoints.bigram_hits
 local fold = require("moongraph.core").codepoints.fold
+local split_sentences = require("moongraph.core").sentences.split
 
 local type, ipairs, tostring, tonumber, concat = type, ipairs, tostring, tonumber, table.concat
 local floor, lower = math.floor, string.lower
@@ -81,61 +82,17 @@ local function trim_end(s)
   return e == #s and s or sub(s, 1, e)
 end
 
--- The first sentence mark (".", "!" or "?") at or after `from`, or nil.
-local function next_mark(line, from)
-  local a = find(line, ".", from, true)
-  local b = find(line, "!", from, true)
-  local c = find(line, "?", from, true)
-  if b and (not a or b < a) then a = b end
-  if c and (not a or c < a) then a = c end
-  return a
-end
-
--- Sentences of line from byte `from` on: cut after a run of sentence marks
--- followed by spaces (the pattern "[%.!?]+%s+"), the sentence keeping the
--- run's first mark; marks inside a word ("1.5km") stay.
-local function split_sentences(line, from, out)
-  local at = from
-  while true do
-    local m = next_mark(line, at)
-    if not m then break end
-    local _, b = find(line, "^[%.!?]+%s+", m)
-    if b then
-      out[#out + 1] = sub(line, from, m)
-      from = b + 1
-      at = from
-    else
-      at = m + 1
-    end
-  end
-  if from <= #line then out[#out + 1] = sub(line, from) end
-end
-
--- The first bytes of the lines that are not claims: headings ("■ ..."),
--- labels ("[...]") and notices ("※ ...").
-local HEADING, NOTICE = "■", "※"
+-- The first bytes of the lines that are not claims: labels ("[...]"),
+-- headings ("■ ...") and notices ("※ ...").
+local NOT_CLAIMS = { "[", "■", "※" }
 
 -- The claims of an answer with their units: { {text, sq, n = units}, ... }.
 -- A line's leading spaces, bullet ("-", "*", a byte of "•") and number
--- ("1." or "1)") are not part of its first sentence.
+-- ("1." or "1)") are not part of its first sentence; a sentence ends after
+-- a run of sentence marks followed by spaces, keeping the run's first mark
+-- (marks inside a word, "1.5km", stay): runtime/sentences.c.
 local function claims_of(answer)
-  local out = {}
-  local pos, size = 1, #answer
-  while pos <= size + 1 do
-    local nl = find(answer, "\n", pos, true)
-    local line = sub(answer, pos, (nl or size + 1) - 1)
-    pos = (nl or size + 1) + 1
-    local at = find(line, "%S")
-    local b = at and byte(line, at)
-    if b and b ~= 91 and not (b == 0xE2 and (find(line, HEADING, at, true) == at
-                                             or find(line, NOTICE, at, true) == at)) then
-      local _, e = find(line, "^[%-%*•]%s*", at)
-      if e then at = e + 1 end
-      _, e = find(line, "^%d+[%.%)]%s*", at)
-      if e then at = e + 1 end
-      split_sentences(line, at, out)
-    end
-  end
+  local out = split_sentences(answer, NOT_CLAIMS)
   local kept = {}
   for i = 1, #out do
     local c = out[i]

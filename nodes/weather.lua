@@ -121,15 +121,13 @@ local function value(v)
   return str(v)
 end
 
--- Pure: forecast items + the current time -> summary table:
--- { slot = {date, time, TMP, SKY, PTY, POP}, today = {max_pop, min_tmp, max_tmp,
---   rain_from, snow}, conditions = {rain=bool,...}, tips = {...} }.
--- The items are parse_response's, or the item[] list of the decoded
--- response itself (read the same way: items without a category are
--- skipped, JSON null and non-strings are absent values, numbers strings).
-function _M.summarize_items(items, now_epoch)
-  local today, now_slot = kma_time.slot(now_epoch)
-  local now_key = today .. now_slot
+-- The slots of the items from now_key on (today's, and the first one
+-- from now), by key, and their keys. checked: each item's type is looked
+-- at; unchecked, an item that is not a table raises when indexed (a string
+-- reads as one without a category, as checked), for the caller to read them
+-- all again checked. KMA's items are all tables, and a type() call per item
+-- was most of this loop.
+local function read_slots(items, today, now_key, checked)
   local by_slot, keys = {}, {}
   -- only today's slots and the first one from now are read below: a slot
   -- of a later day is kept only while it is the earliest seen
@@ -143,7 +141,7 @@ function _M.summarize_items(items, now_epoch)
   local is_field = {}
   for i = 1, #items do
     local it = items[i]
-    if type(it) == "table" then
+    if not checked or type(it) == "table" then
       local cat = it.category
       local ok = is_field[cat]
       if ok == nil then
@@ -177,6 +175,32 @@ function _M.summarize_items(items, now_epoch)
       end
     end
   end
+  return by_slot, keys
+end
+
+-- The precipitation codes as text (value() of each is itself).
+local PTY_TEXT = { ["0"] = true, ["1"] = true, ["2"] = true, ["3"] = true, ["4"] = true }
+
+-- tonumber(value(v)) with no call to value() for text: a number v reads as
+-- its text does (the n == v, n ~= n test: only a number converts to
+-- itself, or to NaN).
+local function number(v)
+  local n = tonumber(v)
+  if n ~= nil and (n == v or n ~= n) then n = tonumber(str(v)) end
+  return n
+end
+
+-- Pure: forecast items + the current time -> summary table:
+-- { slot = {date, time, TMP, SKY, PTY, POP}, today = {max_pop, min_tmp, max_tmp,
+--   rain_from, snow}, conditions = {rain=bool,...}, tips = {...} }.
+-- The items are parse_response's, or the item[] list of the decoded
+-- response itself (read the same way: items without a category are
+-- skipped, JSON null and non-strings are absent values, numbers strings).
+function _M.summarize_items(items, now_epoch)
+  local today, now_slot = kma_time.slot(now_epoch)
+  local now_key = today .. now_slot
+  local ok, by_slot, keys = pcall(read_slots, items, today, now_key, false)
+  if not ok then by_slot, keys = read_slots(items, today, now_key, true) end
   table.sort(keys)
   if #keys == 0 then
     error("weather: the forecast has no time slot at or after " .. now_key, 0)
@@ -185,11 +209,13 @@ function _M.summarize_items(items, now_epoch)
   for k, v in pairs(slot) do slot[k] = value(v) end
   local t = tips.thresholds
   local day = { max_pop = nil, min_tmp = nil, max_tmp = nil }
-  for _, k in ipairs(keys) do
-    local s = by_slot[k]
-    if value(s.date) == today then
-      local pty = value(s.PTY)
-      local pop, tmp = tonumber(value(s.POP)), tonumber(value(s.TMP))
+  for i = 1, #keys do
+    local s = by_slot[keys[i]]
+    local date = s.date
+    if date == today or (date ~= nil and value(date) == today) then
+      local pty = s.PTY
+      if pty ~= nil and not PTY_TEXT[pty] then pty = value(pty) end
+      local pop, tmp = number(s.POP), number(s.TMP)
       if pop and (not day.max_pop or pop > day.max_pop) then day.max_pop = pop end
       if tmp and (not day.min_tmp or tmp < day.min_tmp) then day.min_tmp = tmp end
       if tmp and (not day.max_tmp or tmp > day.max_tmp) then day.max_tmp = tmp end

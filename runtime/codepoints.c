@@ -181,29 +181,40 @@ static int l_bigram_hits(lua_State *L) {
 
 /* -------------------------------------------------------------- fold */
 
+/* One pass: each character checked as it is copied (a dropped byte is
+** ASCII, so a multi-byte character goes whole); text found invalid on the
+** way leaves the buffer unused. */
 static int l_fold(lua_State *L) {
   size_t n, m;
   const unsigned char *s = (const unsigned char *)luaL_checklstring(L, 1, &n);
   const unsigned char *drop = (const unsigned char *)luaL_checklstring(L, 2, &m);
   for (size_t i = 0; i < m; i++)
     luaL_argcheck(L, drop[i] < 0x80, 2, "bytes to drop must be ASCII");
-  if (!valid(s, n)) {
-    luaL_pushfail(L);
-    return 1;
-  }
-  unsigned char out_of[256];
+  unsigned char out_of[128];
   memset(out_of, 0, sizeof out_of);
   for (size_t i = 0; i < m; i++) out_of[drop[i]] = 1;
   luaL_Buffer b;
   char *out = luaL_buffinitsize(L, &b, n);
   size_t k = 0;
   lua_Integer chars = 0;
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = 0; i < n;) {
     unsigned char c = s[i];
-    if (c >= 'A' && c <= 'Z') c += 32;   /* lower-cased first: a dropped letter goes in either case */
-    if (out_of[c]) continue;
-    if (c < 0x80 || c >= 0xC0) chars++;
-    out[k++] = (char)c;
+    if (c < 0x80) {
+      if (c >= 'A' && c <= 'Z') c += 32;   /* lower-cased first: a dropped letter goes in either case */
+      i++;
+      if (out_of[c]) continue;
+      out[k++] = (char)c;
+    } else {
+      size_t len;
+      if (decode(s, n, i, &len) < 0) {
+        luaL_pushfail(L);
+        return 1;
+      }
+      memcpy(out + k, s + i, len);
+      k += len;
+      i += len;
+    }
+    chars++;
   }
   luaL_pushresultsize(&b, k);
   lua_pushinteger(L, chars);

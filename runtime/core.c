@@ -53,6 +53,7 @@ int luaopen_moongraph_core(lua_State *L) {
     {"pack", mg_open_pack},
     {"bytes", mg_open_bytes},
     {"codepoints", mg_open_codepoints},
+    {"sentences", mg_open_sentences},
     {"server", mg_open_server},
   };
   lua_newtable(L);

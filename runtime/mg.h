@@ -88,6 +88,7 @@ int mg_open_json(lua_State *L);
 int mg_open_pack(lua_State *L);
 int mg_open_bytes(lua_State *L);
 int mg_open_codepoints(lua_State *L);
+int mg_open_sentences(lua_State *L);
 int mg_open_signal(lua_State *L);
 int mg_open_process(lua_State *L);
 int mg_open_server(lua_State *L);

@@ -38,6 +38,17 @@ describe("weather node", function()
     assert.are.same(weather.summarize_items(items, at(14, 30)), weather.summarize_items(first, at(14, 30)))
   end)
 
+  it("summarizes the items that are tables, whatever else the list holds", function()
+    local items = weather.parse_response(fx.load("kma_vilage_fcst.json"))
+    local want = weather.summarize_items(items, at(14, 30))
+    for _, odd in ipairs({ "TMP", 1500, true, require("cjson").null }) do
+      local mixed = { odd }
+      for i, it in ipairs(items) do mixed[i + 1] = it end
+      mixed[#mixed + 1] = odd
+      assert.are.same(want, weather.summarize_items(mixed, at(14, 30)))
+    end
+  end)
+
   it("names a missing request parameter", function()
     assert.has_error(function() weather.build_request(online, { nx = 1, ny = 2, base_date = "20240615" }) end,
       "bad argument #2 to 'build_request': missing base_time")

@@ -19,8 +19,15 @@ function _M.kst(epoch)
   return os.date("!*t", floor(epoch) + _M.kst_offset)
 end
 
+-- "HH00" of each hour 0..23, and ymd's "YYYYMMDD" of a four-digit year as
+-- one integer's digits: no string.format call each.
+local HH00 = {}
+for h = 0, 23 do HH00[h] = ("%02d00"):format(h) end
+
 local function ymd(t)
-  return ("%04d%02d%02d"):format(t.year, t.month, t.day)
+  local y = t.year
+  if y >= 1000 and y <= 9999 then return (y * 10000 + t.month * 100 + t.day) .. "" end
+  return ("%04d%02d%02d"):format(y, t.month, t.day)
 end
 
 -- Unix timestamp -> base_date "YYYYMMDD", base_time "HHMM" (both KST).
@@ -31,20 +38,22 @@ function _M.base(epoch)
   local t = _M.kst(epoch)
   local minutes = t.hour * 60 + t.min
   local chosen
-  for _, h in ipairs(_M.release_hours) do
-    if minutes >= h * 60 + _M.available_after_min then chosen = h end
+  local hours, after = _M.release_hours, _M.available_after_min
+  for i = 1, #hours do
+    local h = hours[i]
+    if minutes >= h * 60 + after then chosen = h end
   end
   if not chosen then
     return ymd(_M.kst(epoch - 86400)), "2300"
   end
-  return ymd(t), ("%02d00"):format(chosen)
+  return ymd(t), HH00[chosen] or ("%02d00"):format(chosen)
 end
 
 -- Unix timestamp -> "YYYYMMDD", "HH00" of the current KST hour, the key used
 -- to pick the forecast slot that covers "now".
 function _M.slot(epoch)
   local t = _M.kst(epoch)
-  return ymd(t), ("%02d00"):format(t.hour)
+  return ymd(t), HH00[t.hour]
 end
 
 -- KST wall-clock fields -> Unix timestamp (for callers and specs that think
