@@ -13,7 +13,8 @@
 --
 -- The same measurements are made on the same graph with every node replaced
 -- by a stand-in that makes the same upstream request (one GET for each
--- routed branch), decodes the body as a node must, and returns a fixed
+-- routed branch, the URL with its query and the headers the node sent in
+-- a pipeline run), decodes the body as a node must, and returns a fixed
 -- result: the engine floor (supersteps, Send fan-out, reducers, HTTP, JSON)
 -- without the nodes' own classification, answer, scoring and compression.
 -- Throughput is measured in ROUNDS interleaved rounds (pipeline, floor,
@@ -121,26 +122,9 @@ print(string.format("pipeline: %s -> nodes %s; answer %s, %d chars",
   MESSAGE, table.concat(first.nodes_run, ", "), first.answer_source, utf8.len(first.answer)))
 local p50_pipeline = latency("the pipeline", one)
 
--- the engine floor: the same graph and routing, stand-in nodes
-local http = require "moongraph.http"
-local adapter = require "nodes.lib.adapter"
-local paths = { location = "/v2/local/search/keyword.json", collection_point = "/v1/collection-points",
-                weather = "/getVilageFcst" }
-local stand_in = {}
-local canned_intent = require("nodes.intent").new { rules = require("scripts.eco.routing").rules }.run({ message = MESSAGE, user_location = LOCATION }, {})
-stand_in.intent = { name = "intent", policy = "fail_close", run = function() return canned_intent end }
-for _, n in ipairs(chat.branch_nodes) do
-  stand_in[n] = { name = n, policy = "fail_open", run = function()
-    if not paths[n] then return { contexts = { [n] = { ok = false, text = n } } } end
-    -- the body decoded as a node must (status checked, JSON parsed)
-    local body = adapter.decode(n, http.request { url = srv.url .. paths[n], timeout = 5 })
-    return { contexts = { [n] = { ok = type(body) == "table", text = n } } }
-  end }
-end
-for _, n in ipairs({ "answer", "feedback", "summarize" }) do
-  stand_in[n] = { name = n, policy = "fail_close", run = function() return { [n .. "_done"] = true } end }
-end
-local floor_app = chat.build { nodes = stand_in }
+-- the engine floor: the same graph and routing, stand-in nodes making the
+-- requests the nodes made
+local floor_app = require("pipeline_floor").build(chat, one, MESSAGE, LOCATION)
 local function floor_one()
   local s, err = floor_app:invoke(input, {})
   if not s then error(tostring(err), 0) end

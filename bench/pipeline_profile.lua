@@ -18,8 +18,6 @@ package.path = "bench/?.lua;spec/support/?.lua;" .. package.path
 local testserver = require "testserver"
 local fx = require "node_fixtures"
 local chat = require "scripts.eco.chat"
-local http = require "moongraph.http"
-local adapter = require "nodes.lib.adapter"
 
 local RUNS = tonumber(arg and arg[1]) or 50
 local MODE = arg and arg[2] or "pipeline"
@@ -45,38 +43,25 @@ local function config()
   return cfg
 end
 
-local app
-if MODE == "floor" then
-  local paths = { location = "/v2/local/search/keyword.json", collection_point = "/v1/collection-points",
-                  weather = "/getVilageFcst" }
-  local nodes = {}
-  local canned_intent = require("nodes.intent").new { rules = require("scripts.eco.routing").rules }.run({ message = MESSAGE, user_location = LOCATION }, {})
-  nodes.intent = { name = "intent", policy = "fail_close", run = function() return canned_intent end }
-  for _, n in ipairs(chat.branch_nodes) do
-    nodes[n] = { name = n, policy = "fail_open", run = function()
-      if not paths[n] then return { contexts = { [n] = { ok = false, text = n } } } end
-      -- the body decoded as a node must (status checked, JSON parsed)
-      local body = adapter.decode(n, http.request { url = srv.url .. paths[n], timeout = 5 })
-      return { contexts = { [n] = { ok = type(body) == "table", text = n } } }
-    end }
-  end
-  for _, n in ipairs({ "answer", "feedback", "summarize" }) do
-    nodes[n] = { name = n, policy = "fail_close", run = function() return { [n .. "_done"] = true } end }
-  end
-  app = chat.build { nodes = nodes }
-elseif MODE == "pipeline" then
-  app = chat.build()
-else
-  error("mode must be pipeline or floor, got " .. tostring(MODE), 0)
-end
-
-local function one()
+local pipeline = chat.build()
+local function run(app)
   local s, err = app:invoke(input, config())
   if not s then error("run failed: " .. tostring(err), 0) end
   for _, n in ipairs({ "location", "collection_point", "weather" }) do
     if not (s.contexts[n] and s.contexts[n].ok) then error("run missed the upstream for " .. n, 0) end
   end
 end
+
+local app
+if MODE == "floor" then
+  app = require("pipeline_floor").build(chat, function() run(pipeline) end, MESSAGE, LOCATION)
+elseif MODE == "pipeline" then
+  app = pipeline
+else
+  error("mode must be pipeline or floor, got " .. tostring(MODE), 0)
+end
+
+local function one() return run(app) end
 
 one()   -- connections, lazily built indexes
 for _ = 1, RUNS do one() end
