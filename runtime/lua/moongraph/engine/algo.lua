@@ -33,9 +33,16 @@ local _M = {}
 ---------------------------------------------------------------------------
 -- task ids and plans
 
+-- "<step>:" of the usual steps, made once: an integer's text costs a
+-- formatted print each time it is made
+local STEP_PREFIX = {}
+for i = 0, 255 do STEP_PREFIX[i] = i .. ":" end
+
 -- task_id(step, node [, send]) -> "<step>:<node>" or "<step>:<node>#<send>"
 local function task_id(step, node, send)
   if send then return step .. ":" .. node .. "#" .. send end
+  local prefix = STEP_PREFIX[step]
+  if prefix then return prefix .. node end
   return step .. ":" .. node
 end
 _M.task_id = task_id
