@@ -29,6 +29,9 @@ local events = require "moongraph.engine.events"
 local _M = {}
 
 local wall0, mono0, last_int = nil, nil, 0
+local id_high, id_high_hex = nil, nil
+local HEX2 = {}
+for i = 0, 255 do HEX2[i] = string_format("%02x", i) end
 
 -- new_id(run) -> a checkpoint id above run.last_id and every id made here,
 -- and its creation time in milliseconds since the epoch
@@ -45,7 +48,11 @@ function _M.new_id(run)
     if after and v <= after then v = after + 1 end
   end
   last_int = v
-  local id = string_format("%016x", v)
+  -- the upper 12 hex digits change every 64 ms: formatted then only
+  local high = v >> 16
+  if high ~= id_high then id_high, id_high_hex = high, string_format("%012x", high) end
+  local low = v & 0xffff
+  local id = id_high_hex .. HEX2[low >> 8] .. HEX2[low & 0xff]
   run.last_id, run.own_id = id, id
   return id, ms
 end
