@@ -90,6 +90,16 @@ local function single_plan(nodes, spec)
   return sp
 end
 
+-- the plans with task ids after a node with a single plain edge, by step
+-- (shared between runs, read-only)
+local SHARED_TASK_MT = { __newindex = function(_, k)
+  error("internal: write of '" .. tostring(k) .. "' into a shared plan task", 2) end }
+local function step_plans(spec)
+  local by_step = spec.step_plans
+  if not by_step then by_step = {}; spec.step_plans = by_step end
+  return by_step
+end
+
 --[[ follow(run, spec, res, add)
 What one finished task triggers: `spec`'s edges and the joins it completes
 (run.barriers records the sources seen so far), then the task's routes;
@@ -132,12 +142,25 @@ function _M.plan_next(run, tasks, results, cmd)
   if not tasks[2] and not cmd and not run.deferred then
     local res = results[1]
     if res.status == "done" and not res.route and not res.sends then
-      local sp = single_plan(nodes, nodes[tasks[1].node])
+      local spec = nodes[tasks[1].node]
+      local sp = single_plan(nodes, spec)
       if sp then
         if not run.observed or sp == EMPTY then return sp end
-        -- the same plan with a task id: a table of this run's own
-        local name = sp[1].node
-        return { { node = name, id = task_id(run.step + 1, name) } }
+        -- the same plan with a task id
+        local name, step = sp[1].node, run.step + 1
+        if run.trace or run.exit or not STEP_PREFIX[step] then
+          -- a trace (t.span) or durability exit (t.sub_exit) writes into
+          -- the plan's task: a table of this run's own
+          return { { node = name, id = task_id(step, name) } }
+        end
+        -- else nothing writes into it: one per node and step, shared
+        local by_step = step_plans(spec)
+        local p = by_step[step]
+        if not p then
+          p = { setmetatable({ node = name, id = task_id(step, name) }, SHARED_TASK_MT) }
+          by_step[step] = p
+        end
+        return p
       end
     end
   end
