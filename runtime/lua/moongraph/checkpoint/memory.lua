@@ -26,6 +26,9 @@ local mt = { __index = saver, __name = "moongraph.checkpoint.memory" }
 
 -- its calls never yield: the engine calls it inline (engine/writer.lua)
 saver.yields = false
+-- put and put_writes keep packed copies, never the tables they are given:
+-- the engine may reuse those once a call returns
+saver.keeps_copies = true
 
 function _M.new()
   return setmetatable({ threads = {} }, mt)

@@ -442,19 +442,41 @@ end
 
 local function by_channel(a, b) return a[1] < b[1] end
 
---[[ to_writes(res [, resume]) -> list of {channel, value}
+--[[ to_writes(res [, resume] [, scratch]) -> list of {channel, value}
 The state update by key (sorted), then the engine's channels: __route__,
 __send__, __ran__, __failed__, __chain__ (a fallback chain's failures),
 __attempts__ (when more than one), or __interrupt__ (with __resume__) or
-__error__. A resumed run reads its earlier tasks' records back from these. ]]
-function _M.to_writes(res, resume)
-  local w = { nil, nil }   -- room for the usual few
+__error__. A resumed run reads its earlier tasks' records back from these.
+scratch: a table of the caller's; the list and the update's pairs are made
+in it, reusing what the last call left there. ]]
+function _M.to_writes(res, resume, scratch)
+  local w
+  if scratch then
+    w = scratch.list
+    if w then
+      for i = #w, 1, -1 do w[i] = nil end
+    else
+      w = {}
+      scratch.list = w
+    end
+  else
+    w = { nil, nil }   -- room for the usual few
+  end
   local st = res.status
   if st == "done" then
     local up = res.update
     if up then
       local n = 0
-      for k, v in pairs(up) do n = n + 1; w[n] = { k, v } end
+      if scratch then
+        for k, v in pairs(up) do
+          n = n + 1
+          local p = scratch[n]
+          if p then p[1], p[2] = k, v else p = { k, v }; scratch[n] = p end
+          w[n] = p
+        end
+      else
+        for k, v in pairs(up) do n = n + 1; w[n] = { k, v } end
+      end
       if n == 2 then
         -- the usual pair of keys: no sort call, no comparator calls
         if w[2][1] < w[1][1] then w[1], w[2] = w[2], w[1] end

@@ -114,11 +114,22 @@ function _M.save(run, plan, source, ran)
     table_sort(deferred)
   end
   local id, ms = _M.new_id(run)
-  local cp = {
-    v = 1, id = id, ts = timestamp(ms), step = run.step, values = run.values,
-    next = next_list, barriers = barriers, deferred = deferred,
-  }
-  local md = { source = source, step = run.step, ran = ran }
+  local cp, md
+  local scratch = run.writer.reuse and not run.sink and run.cp_scratch
+  if scratch then
+    -- the saver kept a copy of the last ones: these tables are free again
+    cp, md = scratch[1], scratch[2]
+    cp.id, cp.ts, cp.step, cp.values = id, timestamp(ms), run.step, run.values
+    cp.next, cp.barriers, cp.deferred = next_list, barriers, deferred
+    md.source, md.step, md.ran = source, run.step, ran
+  else
+    cp = {
+      v = 1, id = id, ts = timestamp(ms), step = run.step, values = run.values,
+      next = next_list, barriers = barriers, deferred = deferred,
+    }
+    md = { source = source, step = run.step, ran = ran }
+    if run.writer.reuse and not run.sink then run.cp_scratch = { cp, md } end
+  end
   run.cp_parent = run.cp_id
   local got = writer.put(run, "put", writer.current_cfg(run), cp, md)
   if run.writer.mode ~= "exit" then run.saved_id = id end

@@ -25,7 +25,8 @@ A writer belongs to the root run and is shared by its subgraph runs. The
 first saver failure is kept in writer.err and ends the run; later writes
 are dropped.
 
-  writer.new(saver, mode) -> w
+  writer.new(saver, mode) -> w       (w.reuse: the tables of a write may be
+                                     reused once put returns)
   writer.put(run, op, cfg, a, b)     op "put" (checkpoint, metadata) or
                                      "put_writes" (task id, writes); what
                                      the saver returned when it was called
@@ -68,7 +69,10 @@ local _M = {}
 
 function _M.new(saver, mode, thread_id, drop_unsaved)
   return { saver = saver, mode = mode, thread_id = thread_id, err = nil, q = nil, task = nil, limit = 1,
-           drop_unsaved = drop_unsaved or false, dropping = false }
+           drop_unsaved = drop_unsaved or false, dropping = false,
+           -- the tables a write hands over are done with once put returns:
+           -- the saver is called at once and keeps copies (keeps_copies)
+           reuse = saver.yields == false and saver.keeps_copies == true and mode ~= "exit" }
 end
 
 -- saver -> thread_id -> { [task] = true }: write tasks that outlived their run
