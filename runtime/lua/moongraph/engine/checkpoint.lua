@@ -87,7 +87,8 @@ function _M.save(run, plan, source, ran)
   local next_list
   local only = not plan[2] and plan[1]
   if only and not only.send and not run.sink then
-    next_list = _M.shared_list(run, only.node, "next")
+    local lists = run.nodes[only.node].saved_lists
+    next_list = lists and lists.next or _M.shared_list(run, only.node, "next")
   else
     next_list = {}
     for i, t in ipairs(plan) do
@@ -130,8 +131,12 @@ function _M.save(run, plan, source, ran)
     md = { source = source, step = run.step, ran = ran }
     if run.writer.reuse and not run.sink then run.cp_scratch = { cp, md } end
   end
-  run.cp_parent = run.cp_id
-  local got = writer.put(run, "put", writer.current_cfg(run), cp, md)
+  local parent = run.cp_id
+  run.cp_parent = parent
+  -- writer.current_cfg(run), without the call when it is made already
+  local c = run.cp_cfg
+  if not (c and c.checkpoint_id == parent) then c = writer.current_cfg(run) end
+  local got = writer.put(run, "put", c, cp, md)
   if run.writer.mode ~= "exit" then run.saved_id = id end
   run.cp_id = id
   if got then writer.adopt_cfg(run, got) end

@@ -224,7 +224,8 @@ local function loop(run, plan, results, cmd, skip_before)
     if run.saver then
       local ran
       if not plan[2] and not run.sink then
-        ran = checkpoint.shared_list(run, plan[1].node, "ran")
+        local lists = run.nodes[plan[1].node].saved_lists
+        ran = lists and lists.ran or checkpoint.shared_list(run, plan[1].node, "ran")
       else
         ran = {}
         for i, t in ipairs(plan) do ran[i] = t.node end

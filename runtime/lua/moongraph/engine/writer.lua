@@ -300,7 +300,9 @@ end
 
 -- A task's writes, as pending writes of the checkpoint the step started from.
 function _M.save_writes(run, task_id, writes)
-  _M.put(run, "put_writes", current_cfg(run), task_id, writes)
+  local c = run.cp_cfg
+  if not (c and c.checkpoint_id == run.cp_id) then c = current_cfg(run) end
+  _M.put(run, "put_writes", c, task_id, writes)
 end
 
 -- async: wait until the writer has issued and finished every queued write
