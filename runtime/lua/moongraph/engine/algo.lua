@@ -374,8 +374,10 @@ function _M.apply_writes(run, tasks, results, cmd)
     if up then
       for k, v in pairs(up) do
         if type(k) ~= "string" then bad_key(k, "node '" .. tasks[1].node .. "'") end
-        local over, ov = is_overwrite(v)
         local red = reds[k]
+        -- only a table can be an Overwrite: no call for the others
+        local over, ov = false, nil
+        if type(v) == "table" then over, ov = is_overwrite(v) end
         if over then new[k] = ov
         elseif red then new[k] = red(new[k], v) else new[k] = v end
       end
