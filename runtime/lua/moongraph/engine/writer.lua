@@ -302,6 +302,15 @@ end
 function _M.save_writes(run, task_id, writes)
   local c = run.cp_cfg
   if not (c and c.checkpoint_id == run.cp_id) then c = current_cfg(run) end
+  local w = run.writer
+  if w.reuse then
+    -- put's path for a saver called at once, without the call
+    if w.err then return end
+    local saver = w.saver
+    local ok, r1, r2 = pcall(saver.put_writes, saver, c, task_id, writes)
+    if not ok or r1 == nil then failed(w, "put_writes", ok, r1, r2) end
+    return
+  end
   _M.put(run, "put_writes", c, task_id, writes)
 end
 
