@@ -108,6 +108,7 @@ static int pack_table(pack_t *k, int idx) {
     /* string keys only (or none), written as they come; the count after */
     size_t start = k->len, count = 0;
     if (put_tag(k, 'm') < 0 || put_u32(k, 0) < 0) rc = -1;
+    int value_idx = lua_gettop(L) + 2;   /* where lua_next leaves each value */
     lua_pushnil(L);
     while (rc == 0 && lua_next(L, idx)) {
       if (lua_type(L, -2) != LUA_TSTRING) {
@@ -116,7 +117,7 @@ static int pack_table(pack_t *k, int idx) {
         size_t n;
         const char *s = lua_tolstring(L, -2, &n);
         rc = put_bytes(k, s, n);
-        if (rc == 0) rc = pack_value(k, lua_gettop(L));
+        if (rc == 0) rc = pack_value(k, value_idx);
         count++;
       }
       lua_pop(L, 1);
@@ -143,9 +144,10 @@ static int pack_table(pack_t *k, int idx) {
     }
     if (count != len) rc = -1;
     if (rc == 0 && (put_tag(k, 'l') < 0 || put_u32(k, (size_t)len) < 0)) rc = -1;
+    int item_idx = lua_gettop(L) + 1;
     for (lua_Integer i = 1; i <= len && rc == 0; i++) {
       lua_rawgeti(L, idx, i);
-      rc = pack_value(k, lua_gettop(L));
+      rc = pack_value(k, item_idx);
       lua_pop(L, 1);
     }
   }
@@ -159,8 +161,13 @@ static int pack_value(pack_t *k, int idx) {
     case LUA_TSTRING: {
       size_t n;
       const char *s = lua_tolstring(L, idx, &n);
-      if (put_tag(k, 's') < 0) return -1;
-      return put_bytes(k, s, n);
+      if (n > UINT32_MAX || room(k, 5 + n) < 0) return -1;
+      uint32_t v = (uint32_t)n;
+      k->p[k->len] = 's';
+      memcpy(k->p + k->len + 1, &v, 4);
+      memcpy(k->p + k->len + 5, s, n);
+      k->len += 5 + n;
+      return 0;
     }
     case LUA_TNUMBER:
       if (lua_isinteger(L, idx)) {

@@ -48,6 +48,33 @@ for _, kind in ipairs { "memory", "file" } do
       end)
     end)
 
+    it("keeps each step's pending writes and metadata apart across the steps and runs of a thread", function()
+      local cp = saver()
+      local app = linear(cp, { durability = "async" })
+      run(function()
+        app:invoke({ count = 0 }, { thread_id = "pw" })
+        app:invoke({ count = 10 }, { thread_id = "pw" })
+        local h = app:history { thread_id = "pw" }
+        assert.equal(8, #h)
+        for i, snap in ipairs(h) do
+          local tuple = cp:get(snap.config)
+          local step = tuple.metadata.step
+          -- newest first: the second run's 13, 12, 11, 10, then 3, 2, 1, 0
+          assert.equal(i <= 4 and 14 - i or 8 - i, snap.values.count)
+          if snap.next[1] then
+            local node = snap.next[1]
+            local got = {}
+            for _, w in ipairs(tuple.pending_writes) do got[w[2]] = w[3] end
+            assert.equal(step + 1 .. ":" .. node, tuple.pending_writes[1][1])
+            assert.same({ count = snap.values.count + 1, items = node }, got)
+          else
+            assert.same({}, tuple.pending_writes)
+          end
+          assert.equal(i % 4 == 0 and "input" or "loop", tuple.metadata.source)
+        end
+      end)
+    end)
+
     it("saves a checkpoint after every superstep", function()
       local app = linear(saver())
       run(function()

@@ -50,6 +50,20 @@ local function grown(old, extra)
 end
 
 function _M.append(old, new)
+  if type(new) ~= "table" then
+    -- one item onto a list: the usual case, without the helpers' calls
+    if type(old) == "table" and old[1] ~= nil then
+      local n = #old
+      if n < UNPACK_MAX then
+        local out = { table_unpack(old, 1, n + 1) }
+        out[n + 1] = new
+        return out
+      end
+    end
+    local out, n = grown(old, 1)
+    out[n + 1] = new
+    return out
+  end
   if is_list(new) then
     local k = #new
     local out, n = grown(old, k)

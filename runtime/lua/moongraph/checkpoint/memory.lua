@@ -26,6 +26,9 @@ local mt = { __index = saver, __name = "moongraph.checkpoint.memory" }
 
 -- its calls never yield: the engine calls it inline (engine/writer.lua)
 saver.yields = false
+-- put and put_writes keep packed copies, never the tables they are given:
+-- the engine may reuse those once a call returns
+saver.keeps_copies = true
 
 function _M.new()
   return setmetatable({ threads = {} }, mt)
@@ -57,11 +60,14 @@ function saver:put(cfg, checkpoint, metadata)
     local _, err = common.encode_checkpoint(checkpoint, metadata)
     return nil, err
   end
-  local s = space(self, cfg, true)
+  local thread = self.threads[cfg.thread_id]
+  local s = thread and thread[cfg.checkpoint_ns or ""] or space(self, cfg, true)
   local id = checkpoint.id
   local ids = s.ids
   local latest = ids[#ids]
-  local want = common.expected(cfg)
+  -- common.expected(cfg)
+  local want = cfg.head_id
+  if want == nil then want = cfg.checkpoint_id or false end
   if latest ~= nil and latest ~= want and latest ~= id then
     return nil, common.conflict_error(cfg.thread_id, cfg.checkpoint_ns or "", want, latest)
   end
@@ -77,7 +83,8 @@ function saver:put_writes(cfg, task_id, writes)
   common.check_put_writes(cfg, task_id)
   local packed, err = common.pack_writes(task_id, writes)
   if not packed then return nil, err end
-  local writes_of = space(self, cfg, true).writes
+  local thread = self.threads[cfg.thread_id]
+  local writes_of = (thread and thread[cfg.checkpoint_ns or ""] or space(self, cfg, true)).writes
   local id = cfg.checkpoint_id
   local w = writes_of[id]
   if w == nil then

@@ -33,9 +33,16 @@ local _M = {}
 ---------------------------------------------------------------------------
 -- task ids and plans
 
+-- "<step>:" of the usual steps, made once: an integer's text costs a
+-- formatted print each time it is made
+local STEP_PREFIX = {}
+for i = 0, 255 do STEP_PREFIX[i] = i .. ":" end
+
 -- task_id(step, node [, send]) -> "<step>:<node>" or "<step>:<node>#<send>"
 local function task_id(step, node, send)
   if send then return step .. ":" .. node .. "#" .. send end
+  local prefix = STEP_PREFIX[step]
+  if prefix then return prefix .. node end
   return step .. ":" .. node
 end
 _M.task_id = task_id
@@ -83,6 +90,16 @@ local function single_plan(nodes, spec)
   return sp
 end
 
+-- the plans with task ids after a node with a single plain edge, by step
+-- (shared between runs, read-only)
+local SHARED_TASK_MT = { __newindex = function(_, k)
+  error("internal: write of '" .. tostring(k) .. "' into a shared plan task", 2) end }
+local function step_plans(spec)
+  local by_step = spec.step_plans
+  if not by_step then by_step = {}; spec.step_plans = by_step end
+  return by_step
+end
+
 --[[ follow(run, spec, res, add)
 What one finished task triggers: `spec`'s edges and the joins it completes
 (run.barriers records the sources seen so far), then the task's routes;
@@ -125,12 +142,25 @@ function _M.plan_next(run, tasks, results, cmd)
   if not tasks[2] and not cmd and not run.deferred then
     local res = results[1]
     if res.status == "done" and not res.route and not res.sends then
-      local sp = single_plan(nodes, nodes[tasks[1].node])
+      local spec = nodes[tasks[1].node]
+      local sp = single_plan(nodes, spec)
       if sp then
         if not run.observed or sp == EMPTY then return sp end
-        -- the same plan with a task id: a table of this run's own
-        local name = sp[1].node
-        return { { node = name, id = task_id(run.step + 1, name) } }
+        -- the same plan with a task id
+        local name, step = sp[1].node, run.step + 1
+        if run.trace or run.exit or not STEP_PREFIX[step] then
+          -- a trace (t.span) or durability exit (t.sub_exit) writes into
+          -- the plan's task: a table of this run's own
+          return { { node = name, id = task_id(step, name) } }
+        end
+        -- else nothing writes into it: one per node and step, shared
+        local by_step = step_plans(spec)
+        local p = by_step[step]
+        if not p then
+          p = { setmetatable({ node = name, id = task_id(step, name) }, SHARED_TASK_MT) }
+          by_step[step] = p
+        end
+        return p
       end
     end
   end
@@ -344,8 +374,10 @@ function _M.apply_writes(run, tasks, results, cmd)
     if up then
       for k, v in pairs(up) do
         if type(k) ~= "string" then bad_key(k, "node '" .. tasks[1].node .. "'") end
-        local over, ov = is_overwrite(v)
         local red = reds[k]
+        -- only a table can be an Overwrite: no call for the others
+        local over, ov = false, nil
+        if type(v) == "table" then over, ov = is_overwrite(v) end
         if over then new[k] = ov
         elseif red then new[k] = red(new[k], v) else new[k] = v end
       end
@@ -412,19 +444,41 @@ end
 
 local function by_channel(a, b) return a[1] < b[1] end
 
---[[ to_writes(res [, resume]) -> list of {channel, value}
+--[[ to_writes(res [, resume] [, scratch]) -> list of {channel, value}
 The state update by key (sorted), then the engine's channels: __route__,
 __send__, __ran__, __failed__, __chain__ (a fallback chain's failures),
 __attempts__ (when more than one), or __interrupt__ (with __resume__) or
-__error__. A resumed run reads its earlier tasks' records back from these. ]]
-function _M.to_writes(res, resume)
-  local w = { nil, nil }   -- room for the usual few
+__error__. A resumed run reads its earlier tasks' records back from these.
+scratch: a table of the caller's; the list and the update's pairs are made
+in it, reusing what the last call left there. ]]
+function _M.to_writes(res, resume, scratch)
+  local w
+  if scratch then
+    w = scratch.list
+    if w then
+      for i = #w, 1, -1 do w[i] = nil end
+    else
+      w = {}
+      scratch.list = w
+    end
+  else
+    w = { nil, nil }   -- room for the usual few
+  end
   local st = res.status
   if st == "done" then
     local up = res.update
     if up then
       local n = 0
-      for k, v in pairs(up) do n = n + 1; w[n] = { k, v } end
+      if scratch then
+        for k, v in pairs(up) do
+          n = n + 1
+          local p = scratch[n]
+          if p then p[1], p[2] = k, v else p = { k, v }; scratch[n] = p end
+          w[n] = p
+        end
+      else
+        for k, v in pairs(up) do n = n + 1; w[n] = { k, v } end
+      end
       if n == 2 then
         -- the usual pair of keys: no sort call, no comparator calls
         if w[2][1] < w[1][1] then w[1], w[2] = w[2], w[1] end

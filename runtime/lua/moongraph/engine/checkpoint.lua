@@ -29,6 +29,9 @@ local events = require "moongraph.engine.events"
 local _M = {}
 
 local wall0, mono0, last_int = nil, nil, 0
+local id_high, id_high_hex = nil, nil
+local HEX2 = {}
+for i = 0, 255 do HEX2[i] = string_format("%02x", i) end
 
 -- new_id(run) -> a checkpoint id above run.last_id and every id made here,
 -- and its creation time in milliseconds since the epoch
@@ -45,7 +48,11 @@ function _M.new_id(run)
     if after and v <= after then v = after + 1 end
   end
   last_int = v
-  local id = string_format("%016x", v)
+  -- the upper 12 hex digits change every 64 ms: formatted then only
+  local high = v >> 16
+  if high ~= id_high then id_high, id_high_hex = high, string_format("%012x", high) end
+  local low = v & 0xffff
+  local id = id_high_hex .. HEX2[low >> 8] .. HEX2[low & 0xff]
   run.last_id, run.own_id = id, id
   return id, ms
 end
@@ -80,7 +87,8 @@ function _M.save(run, plan, source, ran)
   local next_list
   local only = not plan[2] and plan[1]
   if only and not only.send and not run.sink then
-    next_list = _M.shared_list(run, only.node, "next")
+    local lists = run.nodes[only.node].saved_lists
+    next_list = lists and lists.next or _M.shared_list(run, only.node, "next")
   else
     next_list = {}
     for i, t in ipairs(plan) do
@@ -107,13 +115,28 @@ function _M.save(run, plan, source, ran)
     table_sort(deferred)
   end
   local id, ms = _M.new_id(run)
-  local cp = {
-    v = 1, id = id, ts = timestamp(ms), step = run.step, values = run.values,
-    next = next_list, barriers = barriers, deferred = deferred,
-  }
-  local md = { source = source, step = run.step, ran = ran }
-  run.cp_parent = run.cp_id
-  local got = writer.put(run, "put", writer.current_cfg(run), cp, md)
+  local cp, md
+  local scratch = run.writer.reuse and not run.sink and run.cp_scratch
+  if scratch then
+    -- the saver kept a copy of the last ones: these tables are free again
+    cp, md = scratch[1], scratch[2]
+    cp.id, cp.ts, cp.step, cp.values = id, timestamp(ms), run.step, run.values
+    cp.next, cp.barriers, cp.deferred = next_list, barriers, deferred
+    md.source, md.step, md.ran = source, run.step, ran
+  else
+    cp = {
+      v = 1, id = id, ts = timestamp(ms), step = run.step, values = run.values,
+      next = next_list, barriers = barriers, deferred = deferred,
+    }
+    md = { source = source, step = run.step, ran = ran }
+    if run.writer.reuse and not run.sink then run.cp_scratch = { cp, md } end
+  end
+  local parent = run.cp_id
+  run.cp_parent = parent
+  -- writer.current_cfg(run), without the call when it is made already
+  local c = run.cp_cfg
+  if not (c and c.checkpoint_id == parent) then c = writer.current_cfg(run) end
+  local got = writer.put(run, "put", c, cp, md)
   if run.writer.mode ~= "exit" then run.saved_id = id end
   run.cp_id = id
   if got then writer.adopt_cfg(run, got) end

@@ -76,7 +76,7 @@ local function new_run(app, cfg, parent, ns, sink, trace)
     sink = sink, trace = trace, copy_on_write = false, observed = false, records_kept = false,
     cp_id = nil, cp_parent = nil, saved_id = nil, last_id = nil, own_id = nil, cp_cfg = nil,
     barriers = nil, deferred = nil, results = nil, inline_res = nil, store = nil,
-    saved_writes = nil, loop = _M,
+    saved_writes = nil, writes_scratch = nil, cp_scratch = nil, loop = _M,
   }
   run.store = app.store
   if parent then
@@ -224,7 +224,8 @@ local function loop(run, plan, results, cmd, skip_before)
     if run.saver then
       local ran
       if not plan[2] and not run.sink then
-        ran = checkpoint.shared_list(run, plan[1].node, "ran")
+        local lists = run.nodes[plan[1].node].saved_lists
+        ran = lists and lists.ran or checkpoint.shared_list(run, plan[1].node, "ran")
       else
         ran = {}
         for i, t in ipairs(plan) do ran[i] = t.node end

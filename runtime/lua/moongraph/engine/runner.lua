@@ -26,7 +26,12 @@ local function finished(run, t, res)
   if run.sink or run.trace then events.task_finished(run, t, res) end
   -- a Command to the parent graph ends this (sub)graph run: nothing to save
   if run.saver and not res.parent then
-    local w = algo.to_writes(res, t.resume)
+    local scratch = nil
+    if run.writer.reuse then
+      scratch = run.writes_scratch
+      if not scratch then scratch = {}; run.writes_scratch = scratch end
+    end
+    local w = algo.to_writes(res, t.resume, scratch)
     if not w[1] then w[1] = { "__done__", true } end
     writer.save_writes(run, t.id, w)
   end

@@ -26,7 +26,7 @@ run() never raises: failures are data for the superstep loop. It writes
 nothing into the plan entry `t` (plans of plain runs are shared).
 ]]
 
-local type, tostring, xpcall, pcall = type, tostring, xpcall, pcall
+local type, tostring, xpcall, pcall, getmetatable = type, tostring, xpcall, pcall, getmetatable
 
 local tasks = require "moongraph.tasks"
 local text = require "moongraph.text"
@@ -188,7 +188,8 @@ function _M.run(run, t, reuse)
   if failed then res.failed, res.error = true, failed end
   -- normalise the node's return value
   local to
-  if v == nil or (type(v) == "table" and not is_command(v)) then
+  -- (a table without a metatable is an update: no is_command call)
+  if v == nil or (type(v) == "table" and (getmetatable(v) == nil or not is_command(v))) then
     res.update = v
   else
     if type(v) ~= "table" then

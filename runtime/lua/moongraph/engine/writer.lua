@@ -25,7 +25,8 @@ A writer belongs to the root run and is shared by its subgraph runs. The
 first saver failure is kept in writer.err and ends the run; later writes
 are dropped.
 
-  writer.new(saver, mode) -> w
+  writer.new(saver, mode) -> w       (w.reuse: the tables of a write may be
+                                     reused once put returns)
   writer.put(run, op, cfg, a, b)     op "put" (checkpoint, metadata) or
                                      "put_writes" (task id, writes); what
                                      the saver returned when it was called
@@ -68,7 +69,10 @@ local _M = {}
 
 function _M.new(saver, mode, thread_id, drop_unsaved)
   return { saver = saver, mode = mode, thread_id = thread_id, err = nil, q = nil, task = nil, limit = 1,
-           drop_unsaved = drop_unsaved or false, dropping = false }
+           drop_unsaved = drop_unsaved or false, dropping = false,
+           -- the tables a write hands over are done with once put returns:
+           -- the saver is called at once and keeps copies (keeps_copies)
+           reuse = saver.yields == false and saver.keeps_copies == true and mode ~= "exit" }
 end
 
 -- saver -> thread_id -> { [task] = true }: write tasks that outlived their run
@@ -296,7 +300,18 @@ end
 
 -- A task's writes, as pending writes of the checkpoint the step started from.
 function _M.save_writes(run, task_id, writes)
-  _M.put(run, "put_writes", current_cfg(run), task_id, writes)
+  local c = run.cp_cfg
+  if not (c and c.checkpoint_id == run.cp_id) then c = current_cfg(run) end
+  local w = run.writer
+  if w.reuse then
+    -- put's path for a saver called at once, without the call
+    if w.err then return end
+    local saver = w.saver
+    local ok, r1, r2 = pcall(saver.put_writes, saver, c, task_id, writes)
+    if not ok or r1 == nil then failed(w, "put_writes", ok, r1, r2) end
+    return
+  end
+  _M.put(run, "put_writes", c, task_id, writes)
 end
 
 -- async: wait until the writer has issued and finished every queued write
