@@ -19,8 +19,7 @@
 --
 --   ./moongraph run bench/node_profile.lua NODE [RUNS] [copies|lines|calls]
 package.path = "bench/?.lua;spec/support/?.lua;" .. package.path
-local testserver = require "testserver"
-local fx = require "node_fixtures"
+local scenario = require "eco_scenario"
 local chat = require "scripts.eco.chat"
 local intent_node = require "nodes.intent"
 local routing = require "scripts.eco.routing"
@@ -29,25 +28,11 @@ local NODE = arg and arg[1] or error("usage: node_profile.lua NODE [RUNS] [lines
 local RUNS = tonumber(arg[2]) or 100
 local LINES = arg[3] == "lines"
 local COPIES_ONLY = arg[3] == "copies"
-local MESSAGE = "근처 재활용센터랑 폐건전지 수거함 알려줘"
-local LOCATION = "서울특별시 강남구"
-local FORECAST_TIME = 1718429400   -- 2024-06-15 14:30 KST, as in bench/pipeline.lua
+local MESSAGE, LOCATION = scenario.MESSAGE, scenario.LOCATION
 
-local srv = testserver.start()
-srv:record {
-  { path = "/v2/local/search/keyword.json", status = 200, body = fx.raw("kakao_keyword.json") },
-  { path = "/v1/collection-points", status = 200, body = fx.raw("collection_points.json") },
-  { path = "/getVilageFcst", status = 200, body = fx.raw("kma_vilage_fcst.json") },
-}
+local srv = scenario.server()
 
-local function config()
-  local cfg = fx.offline_ctx().config
-  for _, s in ipairs({ "kakao", "collection_point", "kma" }) do
-    cfg[s] = { base_url = srv.url, api_key = "bench", timeout = 5 }
-  end
-  cfg.clock = function() return FORECAST_TIME end
-  return cfg
-end
+local function config() return scenario.config(srv) end
 
 local function deep_copy(v)
   if type(v) ~= "table" then return v end

@@ -24,8 +24,7 @@
 --   ./moongraph run bench/pipeline.lua [RUNS] [CONCURRENCY] [TOTAL] [DELAY_MS] [ROUNDS]
 package.path = "bench/?.lua;spec/support/?.lua;" .. package.path
 local mg = require "moongraph"
-local testserver = require "testserver"
-local fx = require "node_fixtures"
+local scenario = require "eco_scenario"
 local chat = require "scripts.eco.chat"
 local rss = require "rss"
 local stats = require "stats"
@@ -35,30 +34,15 @@ local CONCURRENCY = tonumber(arg and arg[2]) or 50
 local TOTAL = tonumber(arg and arg[3]) or 3000
 local DELAY_MS = tonumber(arg and arg[4]) or 30
 local ROUNDS = tonumber(arg and arg[5]) or 5
-local MESSAGE = "근처 재활용센터랑 폐건전지 수거함 알려줘"
-local LOCATION = "서울특별시 강남구"
--- 2024-06-15 14:30 KST, the time of the recorded KMA forecast
-local FORECAST_TIME = 1718429400
+local MESSAGE, LOCATION = scenario.MESSAGE, scenario.LOCATION
 
-local srv = testserver.start()
-srv:record {
-  { path = "/v2/local/search/keyword.json", status = 200, body = fx.raw("kakao_keyword.json"), delay_ms = DELAY_MS },
-  { path = "/v1/collection-points", status = 200, body = fx.raw("collection_points.json"), delay_ms = DELAY_MS },
-  { path = "/getVilageFcst", status = 200, body = fx.raw("kma_vilage_fcst.json"), delay_ms = DELAY_MS },
-}
+local srv = scenario.server(DELAY_MS)
 
 local percentile, median = stats.percentile, stats.median
 
 local input = chat.input(MESSAGE, { location = LOCATION })
 
-local function config()
-  local cfg = fx.offline_ctx().config
-  for _, s in ipairs({ "kakao", "collection_point", "kma" }) do
-    cfg[s] = { base_url = srv.url, api_key = "bench", timeout = 5 }
-  end
-  cfg.clock = function() return FORECAST_TIME end
-  return cfg
-end
+local function config() return scenario.config(srv) end
 
 -- latency of one() runs, one at a time; returns the p50 in ms
 local function latency(label, one)
