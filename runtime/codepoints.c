@@ -63,6 +63,22 @@ static int valid(const unsigned char *s, size_t n) {
   return 1;
 }
 
+#define MAX_SET 64
+
+/* The code points of argument `arg` (s, n bytes) into out[MAX_SET]: how
+** many; raises when s is not valid UTF-8 or holds more than MAX_SET. */
+static size_t code_point_set(lua_State *L, int arg, const unsigned char *s, size_t n,
+                             int32_t *out, const char *what) {
+  size_t count = 0;
+  for (size_t i = 0, len; i < n; i += len) {
+    int32_t c = decode(s, n, i, &len);
+    if (c < 0) luaL_argerror(L, arg, lua_pushfstring(L, "%s are not valid UTF-8", what));
+    if (count == MAX_SET) luaL_argerror(L, arg, lua_pushfstring(L, "at most %d %s", MAX_SET, what));
+    out[count++] = c;
+  }
+  return count;
+}
+
 /* ------------------------------------------------------ token estimate */
 
 /* Hangul, CJK, kana and every other non-ASCII character: 1 token; a run
@@ -233,14 +249,8 @@ static int l_normalize(lua_State *L) {
   size_t n, m;
   const unsigned char *s = (const unsigned char *)luaL_checklstring(L, 1, &n);
   const unsigned char *marks = (const unsigned char *)luaL_checklstring(L, 2, &m);
-  int32_t mark[64];
-  size_t nmarks = 0;
-  for (size_t i = 0, len; i < m; i += len) {
-    int32_t c = decode(marks, m, i, &len);
-    luaL_argcheck(L, c >= 0, 2, "marks are not valid UTF-8");
-    luaL_argcheck(L, nmarks < sizeof mark / sizeof mark[0], 2, "at most 64 marks");
-    mark[nmarks++] = c;
-  }
+  int32_t mark[MAX_SET];
+  size_t nmarks = code_point_set(L, 2, marks, m, mark, "marks");
   if (!valid(s, n)) {
     luaL_pushfail(L);
     return 1;
@@ -333,14 +343,8 @@ static int l_word_ngrams(lua_State *L) {
   luaL_argcheck(L, nmin >= 1 && nmin <= 3, 2, "n-gram sizes are 1 to 3");
   luaL_argcheck(L, nmax >= nmin && nmax <= 3, 3, "n-gram sizes are 1 to 3");
   if (n > ((size_t)1 << 28)) return luaL_argerror(L, 1, "text too long");
-  int32_t extra[64];
-  size_t nextra = 0;
-  for (size_t i = 0, len; i < m; i += len) {
-    int32_t c = decode(sep, m, i, &len);
-    luaL_argcheck(L, c >= 0, 4, "separators are not valid UTF-8");
-    luaL_argcheck(L, nextra < sizeof extra / sizeof extra[0], 4, "at most 64 separators");
-    extra[nextra++] = c;
-  }
+  int32_t extra[MAX_SET];
+  size_t nextra = code_point_set(L, 4, sep, m, extra, "separators");
   /* a word of k characters has at most 3k + 1 n-grams */
   size_t most = 3 * n + n / 2 + 2, cap = 16;
   while (cap < 2 * most) cap <<= 1;
