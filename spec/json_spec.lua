@@ -12,6 +12,14 @@ local FLOATS = { 0.0, -0.0, 0.1, 1 / 3, 2.0, 1e15, 1e16, 1e300, -1e-300, 5e-324,
   2 ^ 63, 123456789.125, 0.1 + 0.2, 1e-7, 100.0, -2.5, 9007199254740993.0, 1.7976931348623157e308 }
 local INTS = { 0, 1, -1, 42, math.maxinteger, math.mininteger, 2 ^ 53 // 1, -(2 ^ 31) // 1, 1000000 }
 
+-- rng(a, b): an integer from a to b, the same sequence for the same seed
+local function seeded_rng(seed)
+  return function(a, b)
+    seed = (seed * 1103515245 + 12345) % 2147483648
+    return a + seed % (b - a + 1)
+  end
+end
+
 local function rand_string(rng)
   local n = rng(0, 12)
   local b = {}
@@ -60,11 +68,7 @@ describe("moongraph.json encoder in C", function()
   end)
 
   it("writes the Lua encoder's bytes for 5,000 random values, compact and indented", function()
-    local seed = 20240615
-    local rng = function(a, b)
-      seed = (seed * 1103515245 + 12345) % 2147483648
-      return a + seed % (b - a + 1)
-    end
+    local rng = seeded_rng(20240615)
     for i = 1, 5000 do
       local v = rand_value(rng, 4)
       for _, opts in ipairs { {}, { indent = true } } do
@@ -158,11 +162,7 @@ describe("json.copy", function()
   end
 
   it("gives what decode(encode(v)) gives for 5,000 random values, in C, sharing no table", function()
-    local seed = 7
-    local rng = function(a, b)
-      seed = (seed * 1103515245 + 12345) % 2147483648
-      return a + seed % (b - a + 1)
-    end
+    local rng = seeded_rng(7)
     for i = 1, 5000 do
       local v = rand_value(rng, 4)
       local ok, c = c_copy(v, json.null, arr)
@@ -211,11 +211,7 @@ describe("json.pack", function()
   end
 
   it("packs 5,000 random values into one string each, which unpack turns into what copy gives", function()
-    local seed = 11
-    local rng = function(a, b)
-      seed = (seed * 1103515245 + 12345) % 2147483648
-      return a + seed % (b - a + 1)
-    end
+    local rng = seeded_rng(11)
     for i = 1, 5000 do
       local v = rand_value(rng, 4)
       local p = core.pack.pack(json.null, arr, v)
