@@ -1,7 +1,6 @@
 -- moongraph.api.embedded: the LangGraph API's embedded backend, driven
 -- directly (decoded request tables in, response tables and events out).
 local mg = require "moongraph"
-local json = require "moongraph.json"
 local embedded = require "moongraph.api.embedded"
 local tmp = require "tmp"
 
@@ -11,39 +10,8 @@ local function backend(dir)
   return assert(embedded.new { data = dir or tmp.dir("lgapi"), scripts = SCRIPTS })
 end
 
--- every event of a run until it ends, decoded: { {event =, data =, seq =}, ... }
-local function drain(run)
-  local out, seq = {}, 0
-  while true do
-    local evs, done = run:events_after(seq, 30)
-    for _, e in ipairs(evs) do
-      seq = e.seq
-      out[#out + 1] = { event = e.event, data = json.decode(e.data), seq = e.seq }
-    end
-    if done then return out end
-    assert(#evs > 0, "the run neither ended nor sent an event in 30 s")
-  end
-end
-
--- wait until the run has sent an event named `name` (it has reached that point)
-local function reach(run, name)
-  local n = 0
-  while true do
-    local evs = run:events_after(n, 30)
-    for _, e in ipairs(evs) do
-      n = e.seq
-      if e.event == name then return end
-    end
-    assert(not run.done, "the run ended before sending a " .. name .. " event")
-    assert(#evs > 0, "no " .. name .. " event in 30 s")
-  end
-end
-
-local function names(evs)
-  local out = {}
-  for i, e in ipairs(evs) do out[i] = e.event end
-  return out
-end
+local flows = require "langgraph_flows"
+local drain, reach, names = flows.drain, flows.reach, flows.event_names
 
 local function input(text, extra)
   local t = { messages = { { role = "user", content = text } } }

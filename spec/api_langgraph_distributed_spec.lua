@@ -138,7 +138,6 @@ end)
 
 describe("api.langgraph_distributed driven directly, with workers running its runs", function()
   local lgdist = require "moongraph.api.langgraph_distributed"
-  local json = require "moongraph.json"
   local env, b
 
   local function input(text, extra)
@@ -147,33 +146,7 @@ describe("api.langgraph_distributed driven directly, with workers running its ru
     return t
   end
 
-  -- every event of a run until it ends, decoded
-  local function drain(run)
-    local out, cursor = {}, run:cursor(nil)
-    while true do
-      local evs, done = run:events_after(cursor, 30)
-      for _, e in ipairs(evs) do
-        cursor = e.seq
-        out[#out + 1] = { event = e.event, data = json.decode(e.data), seq = e.seq }
-      end
-      if done then return out end
-      assert(#evs > 0, "the run neither ended nor sent an event in 30 s")
-    end
-  end
-
-  -- wait until the run has sent an event named `name`
-  local function reach(run, name)
-    local cursor = run:cursor(nil)
-    while true do
-      local evs, done = run:events_after(cursor, 30)
-      for _, e in ipairs(evs) do
-        cursor = e.seq
-        if e.event == name then return end
-      end
-      assert(not done, "the run ended before sending a " .. name .. " event")
-      assert(#evs > 0, "no " .. name .. " event in 30 s")
-    end
-  end
+  local drain, reach = flows.drain, flows.reach
 
   local function status(run) return assert(b:run(nil, run.thread_id, run.run_id)).status end
 

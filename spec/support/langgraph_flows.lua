@@ -34,6 +34,38 @@ function _M.contents(messages)
 end
 local contents = _M.contents
 
+-- The events of a backend's run (moongraph.api.embedded or
+-- langgraph_distributed, driven directly) until it ends, decoded:
+-- { {event =, data =, seq =}, ... }
+function _M.drain(run)
+  local json = require "moongraph.json"
+  local out, cursor = {}, run:cursor(nil)
+  while true do
+    local evs, done = run:events_after(cursor, 30)
+    for _, e in ipairs(evs) do
+      cursor = e.seq
+      out[#out + 1] = { event = e.event, data = json.decode(e.data), seq = e.seq }
+    end
+    if done then return out end
+    assert(#evs > 0, "the run neither ended nor sent an event in 30 s")
+  end
+end
+
+-- Wait until a backend's run has sent an event named `name` (it has
+-- reached that point).
+function _M.reach(run, name)
+  local cursor = run:cursor(nil)
+  while true do
+    local evs, done = run:events_after(cursor, 30)
+    for _, e in ipairs(evs) do
+      cursor = e.seq
+      if e.event == name then return end
+    end
+    assert(not done, "the run ended before sending a " .. name .. " event")
+    assert(#evs > 0, "no " .. name .. " event in 30 s")
+  end
+end
+
 local check = {}
 _M.check = check
 
