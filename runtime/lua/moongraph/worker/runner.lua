@@ -129,6 +129,21 @@ end
 -- listeners when it has a usable job_id, acknowledge.
 -- Give the job's thread to the next job (no retry: the lease expires
 -- anyway after its ttl).
+-- Store the job's result once (results.commit): true, the stored row
+-- (row.inserted says whether this attempt inserted it) | nil, FENCED when
+-- the thread's fence moved past this job's token | nil, err to try again.
+local FENCED = {}
+local function commit_result(W, row, also, fence, cleanup)
+  local ok, inserted, stored = pcall(results.commit, W.db, row, also, fence, cleanup)
+  if ok and inserted ~= nil then
+    row.inserted = inserted
+    return true, stored
+  end
+  local err = ok and stored or inserted
+  if tostring(err):find(results.STALE, 1, true) then return nil, FENCED end
+  return nil, err
+end
+
 local function release_thread(js)
   local l = js.lease
   if not l then return end
@@ -482,17 +497,13 @@ local function run_langgraph(W, entry, js, j, script, log, key, deadline, forced
   local fenced, gone = false, false
   js.phase = "storing"
   persist(log, "storing the result", function()
-    local ok, inserted, stored = pcall(results.commit, W.db, row, function(tx)
+    local done, err = commit_result(W, row, function(tx)
       local rok, rerr = lg.record(tx, j, o)
       if rok then gone = rerr end
       return rok, not rok and rerr or nil
     end, fence)
-    if ok and inserted ~= nil then
-      row.inserted = inserted
-      return true
-    end
-    local err = ok and stored or inserted
-    if tostring(err):find(results.STALE, 1, true) then
+    if done then return true end
+    if err == FENCED then
       fenced = true
       return true
     end
@@ -761,14 +772,12 @@ function _M.run(W, entry, js)
       hook_err = first_line(ok and err or r)
       return nil, "the record hook failed: " .. hook_err
     end or nil
-    local ok, inserted, s = pcall(results.commit, W.db, row, also, fence, cleanup)
-    if ok and inserted ~= nil then
-      stored = s
-      row.inserted = inserted
+    local done, got = commit_result(W, row, also, fence, cleanup)
+    if done then
+      stored = got
       return true
     end
-    local err = ok and s or inserted
-    if tostring(err):find(results.STALE, 1, true) then
+    if got == FENCED then
       fenced = true
       return true
     end
@@ -782,7 +791,7 @@ function _M.run(W, entry, js)
         extra.event = nil
       end
     end
-    return nil, err
+    return nil, got
   end)
   js.phase = "finishing"
   if fenced then
