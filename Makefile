@@ -28,7 +28,7 @@ BUILD    ?= build
 OUTLIB   ?= lib
 BIN      ?= moongraph
 
-APP_SRC  := runtime/main.c runtime/repl.c
+APP_SRC  := runtime/main.c runtime/repl.c runtime/alloc.c
 CORE_SRC := $(filter-out $(APP_SRC),$(wildcard runtime/*.c))
 CORE_OBJ := $(CORE_SRC:runtime/%.c=$(BUILD)/%.o)
 APP_OBJ  := $(APP_SRC:runtime/%.c=$(BUILD)/%.o) $(BUILD)/embedded.o

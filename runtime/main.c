@@ -8,6 +8,7 @@
 ** return value is the exit status.
 */
 #include "mg.h"
+#include "alloc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -185,10 +186,39 @@ static void hold_std_fds(void) {
   }
 }
 
+/* What luaL_newstate would install, for a state on our own allocator: an
+** error outside any protected call is reported before Lua aborts, and
+** warn() writes to stderr once a script turns warnings on with "@on". */
+static int panic(lua_State *L) {
+  const char *msg = lua_tostring(L, -1);
+  fprintf(stderr, "moongraph: unprotected Lua error: %s\n", msg ? msg : "(not a string)");
+  return 0;
+}
+
+static int warnings_on = 0, warning_open = 0;
+
+static void warnf(void *ud, const char *msg, int tocont) {
+  (void)ud;
+  if (!warning_open && !tocont && msg[0] == '@') {    /* a control message */
+    if (strcmp(msg, "@on") == 0) warnings_on = 1;
+    else if (strcmp(msg, "@off") == 0) warnings_on = 0;
+    return;
+  }
+  if (warnings_on) {
+    if (!warning_open) fputs("Lua warning: ", stderr);
+    fputs(msg, stderr);
+    if (!tocont) fputc('\n', stderr);
+  }
+  warning_open = tocont;
+}
+
 int main(int argc, char **argv) {
   hold_std_fds();
-  lua_State *L = luaL_newstate();
+  mg_alloc *heap = mg_alloc_new();
+  lua_State *L = heap ? lua_newstate(mg_alloc_f, heap) : NULL;
   if (!L) { fputs("moongraph: cannot create Lua state\n", stderr); return 1; }
+  lua_atpanic(L, panic);
+  lua_setwarnf(L, warnf, NULL);
   lua_pushcfunction(L, msghandler);
   lua_pushcfunction(L, pmain);
   lua_pushinteger(L, argc);
@@ -202,6 +232,7 @@ int main(int argc, char **argv) {
     code = lua_isinteger(L, -1) ? (int)lua_tointeger(L, -1) : 0;
   }
   lua_close(L);
+  mg_alloc_free(heap);
   /* output the caller did not get is a failure, even when the command
   ** itself succeeded */
   errno = 0;
