@@ -10,7 +10,11 @@
 ** (PQsendPrepare, one more round trip) and from then on executed by name
 ** (PQsendQueryPrepared): the server parses and plans it once per connection
 ** instead of every time. Each connection remembers up to STMT_CACHE such
-** statements; more are sent unprepared. Results are turned into
+** statements; more are sent unprepared. Statements may also be sent as a
+** batch (libpq's pipeline mode): conn:send queues each one without waiting
+** and conn:sync sends them with one Sync, so the server answers them all
+** in one round trip; an error stops the rest of the batch, and is reported
+** with the position of the statement that failed. Results are turned into
 ** Lua values by the waiting task: rows keyed by column name, with int, float,
 ** bool, json/jsonb and bytea columns typed; NULL is core.pg.null.
 **
@@ -70,6 +74,14 @@ typedef struct pgpoll {
   pgconn *pc;               /* NULL once the connection let go of it */
 } pgpoll;
 
+/* A command of the batch in flight: a statement, or the prepare that
+** precedes its first execution by name. */
+typedef struct pgcmd {
+  pgstmt *stmt;
+  int prepare;
+  int index;                /* the statement's position in the batch, from 1 */
+} pgcmd;
+
 struct pgconn {
   PGconn *conn;             /* NULL once closed */
   pgpoll *poll;
@@ -78,9 +90,12 @@ struct pgconn {
   char err[ERRLEN];         /* why the connection is unusable */
   pgstmt *stmts;            /* STMT_CACHE slots, allocated on first use */
   int nstmts;
+  pgcmd *cmds;              /* the batch being sent (pipeline mode) */
+  int ncmds, cmds_cap;
+  int nbatch;               /* statements sent in it */
 };
 
-enum { OP_CONNECT, OP_QUERY, OP_EXEC, OP_PREPARE };
+enum { OP_CONNECT, OP_QUERY, OP_EXEC, OP_PREPARE, OP_BATCH };
 
 struct pgop {
   mg_waiter w;
@@ -91,6 +106,8 @@ struct pgop {
   PGresult *res;            /* result to report */
   pgstmt *stmt;             /* the prepared statement it runs or prepares */
   int nparams;
+  int cmd;                  /* OP_BATCH: the command whose results come next */
+  int failed_cmd;           /* OP_BATCH: the first command that failed, or -1 */
   uv_timer_t *timer;        /* connect timeout, or the caller's deadline */
   double timeout;
   char err[ERRLEN];
@@ -183,6 +200,7 @@ static void finish(pgconn *pc) {
 static void conn_close(pgconn *pc, const char *why) {
   if (!pc->err[0]) snprintf(pc->err, ERRLEN, "%s", why);
   drop_poll(pc);
+  pc->ncmds = pc->nbatch = 0;
   if (pc->conn) {
     PQfinish(pc->conn);
     pc->conn = NULL;
@@ -277,6 +295,27 @@ static void drive_query(pgconn *pc, int events) {
   }
   while (!PQisBusy(conn)) {
     PGresult *r = PQgetResult(conn);
+    if (op->kind == OP_BATCH) {
+      /* each command's results end with a NULL; the Sync's ends the batch */
+      if (!r) { op->cmd++; continue; }
+      ExecStatusType st = PQresultStatus(r);
+      if (st == PGRES_PIPELINE_SYNC) {
+        PQclear(r);
+        PQexitPipelineMode(conn);
+        finish(pc);
+        return;
+      }
+      if (st == PGRES_COPY_IN || st == PGRES_COPY_OUT) {
+        PQclear(r);
+        op_fail(op, "pg: ", "COPY is not supported by moongraph.pg");
+        conn_close(pc, op->err);
+        finish(pc);
+        return;
+      }
+      if (st == PGRES_FATAL_ERROR && op->failed_cmd < 0) op->failed_cmd = op->cmd;
+      keep_result(op, r);
+      continue;
+    }
     if (!r) {
       finish(pc);
       return;
@@ -778,7 +817,15 @@ static int not_ready(lua_State *L, pgconn *pc) {
   return 2;
 }
 
+static int batch_abandoned(lua_State *L, pgconn *pc) {
+  conn_close(pc, "pg: connection closed: a batch was left without its sync");
+  lua_pushnil(L);
+  lua_pushstring(L, pc->err);
+  return 2;
+}
+
 static int prepare_done(lua_State *L, int status, lua_KContext ctx);
+static int batch_done(lua_State *L, int status, lua_KContext ctx);
 
 /* Start sending; on success the task waits for the results (a prepare
 ** keeps the caller's arguments on the stack for the execute that follows). */
@@ -818,6 +865,11 @@ static int start_op_for(lua_State *L, pgconn *pc, int kind, int sent, pgstmt *st
   if (kind == OP_PREPARE) {
     lua_settop(L, 4);
     return mg_await(L, &op->w, op_cancel, prepare_done, (lua_KContext)op);
+  }
+  if (kind == OP_BATCH) {
+    op->failed_cmd = -1;
+    lua_settop(L, 1);
+    return mg_await(L, &op->w, op_cancel, batch_done, (lua_KContext)op);
   }
   lua_settop(L, 1);
   return mg_await(L, &op->w, op_cancel, query_done, (lua_KContext)op);
@@ -866,6 +918,7 @@ static int l_query(lua_State *L) {
   }
   mg_check_yieldable(L, "pg query");
   if (!pc->conn || pc->op) return not_ready(L, pc);
+  if (pc->nbatch) return batch_abandoned(L, pc);
   lua_settop(L, 3);
   lua_pushinteger(L, n);                        /* index 4: n, kept for a prepare */
   params p;
@@ -896,7 +949,132 @@ static int l_exec(lua_State *L) {
   const char *sql = luaL_checkstring(L, 2);
   mg_check_yieldable(L, "pg exec");
   if (!pc->conn || pc->op) return not_ready(L, pc);
+  if (pc->nbatch) return batch_abandoned(L, pc);
   return start_op(L, pc, OP_EXEC, PQsendQuery(pc->conn, sql));
+}
+
+/* ---------------------------------------------------------------- batches */
+
+static int add_cmd(pgconn *pc, pgstmt *stmt, int prepare) {
+  if (pc->ncmds == pc->cmds_cap) {
+    int cap = pc->cmds_cap ? pc->cmds_cap * 2 : 16;
+    pgcmd *c = realloc(pc->cmds, sizeof *c * (size_t)cap);
+    if (!c) return 0;
+    pc->cmds = c;
+    pc->cmds_cap = cap;
+  }
+  pc->cmds[pc->ncmds++] = (pgcmd){ stmt, prepare, pc->nbatch };
+  return 1;
+}
+
+/* conn:send(sql [, params [, n]]) -> true | nil, err: the statement joins
+** the batch, sent to the server (without waiting) when libpq's buffer
+** allows; conn:sync() ends the batch and waits for its results. Anything
+** else on the connection before the sync abandons the batch (and closes
+** the connection: its state is no longer known). */
+static int l_send(lua_State *L) {
+  pgconn *pc = check_conn(L);
+  const char *sql = luaL_checkstring(L, 2);
+  int n = 0;
+  if (!lua_isnoneornil(L, 3)) {
+    luaL_checktype(L, 3, LUA_TTABLE);
+    n = lua_isnoneornil(L, 4) ? (int)luaL_len(L, 3) : (int)luaL_checkinteger(L, 4);
+    luaL_argcheck(L, n >= 0 && n <= 65535, 4, "parameter count must be 0..65535");
+  }
+  if (!pc->conn || pc->op) return not_ready(L, pc);
+  lua_settop(L, 3);
+  params p;
+  memset(&p, 0, sizeof p);
+  if (n > 0) params_collect(L, &p, 3, n);       /* may raise: nothing sent yet */
+  if (!pc->nbatch && !PQenterPipelineMode(pc->conn)) {
+    if (n > 0) params_free(&p);
+    lua_pushnil(L);
+    lua_pushstring(L, "pg: cannot start a batch on this connection");
+    return 2;
+  }
+  pc->nbatch++;
+  pgstmt *s = stmt_lookup(pc, sql, n ? p.types : NULL, n);
+  int sent = 1;
+  if (s && s->state == STMT_SEEN) {
+    /* prepared in the batch itself: the execution by name follows it */
+    sent = PQsendPrepare(pc->conn, s->name, sql, n, n ? p.types : NULL) && add_cmd(pc, s, 1);
+    if (sent) s->state = STMT_READY;
+  }
+  if (sent) {
+    if (s && s->state == STMT_READY)
+      sent = PQsendQueryPrepared(pc->conn, s->name, n, n ? p.values : NULL,
+                                 n ? p.lengths : NULL, n ? p.formats : NULL, 0);
+    else
+      sent = PQsendQueryParams(pc->conn, sql, n, n ? p.types : NULL, n ? p.values : NULL,
+                               n ? p.lengths : NULL, n ? p.formats : NULL, 0);
+    sent = sent && add_cmd(pc, s, 0);
+  }
+  if (n > 0) params_free(&p);
+  if (!sent) {
+    char msg[ERRLEN];
+    snprintf(msg, sizeof msg, "pg: cannot send: %s", PQerrorMessage(pc->conn));
+    trim_message(msg);
+    conn_close(pc, msg);
+    lua_pushnil(L);
+    lua_pushstring(L, msg);
+    return 2;
+  }
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* The batch's results: the last statement's rows and count, or the first
+** failure with its sqlstate and the statement's position. */
+static int batch_done(lua_State *L, int status, lua_KContext ctx) {
+  pgop *op = (pgop *)ctx;
+  pgconn *pc = op->pc;
+  int failed = op->failed_cmd;
+  if (failed >= 0 && failed < pc->ncmds && op->res && PQresultStatus(op->res) == PGRES_FATAL_ERROR) {
+    pgcmd *c = &pc->cmds[failed];
+    const char *state = PQresultErrorField(op->res, PG_DIAG_SQLSTATE);
+    if (c->stmt) {
+      /* as query_done does; a failed prepare is tried again next time */
+      if (c->prepare) c->stmt->state = STMT_SEEN;
+      else if (state && strcmp(state, "0A000") == 0) c->stmt->state = STMT_NEVER;
+      else if (state && strcmp(state, "26000") == 0) c->stmt->state = STMT_SEEN;
+    }
+    int index = c->index;
+    pc->ncmds = pc->nbatch = 0;
+    int n = push_error(L, op->res);
+    lua_pushinteger(L, index);
+    op_free(op);
+    return n + 1;
+  }
+  pc->ncmds = pc->nbatch = 0;
+  op->kind = OP_QUERY;
+  op->stmt = NULL;
+  return query_done(L, status, ctx);
+}
+
+/* conn:pending() -> statements sent since the last sync */
+static int l_pending(lua_State *L) {
+  pgconn *pc = check_conn(L);
+  lua_pushinteger(L, pc->nbatch);
+  return 1;
+}
+
+/* conn:sync() -> rows, count | nil, err, sqlstate, position */
+static int l_sync(lua_State *L) {
+  pgconn *pc = check_conn(L);
+  mg_check_yieldable(L, "pg sync");
+  if (!pc->conn || pc->op) return not_ready(L, pc);
+  if (!pc->nbatch) return luaL_error(L, "pg: sync without a statement sent");
+  if (!PQpipelineSync(pc->conn)) {
+    char msg[ERRLEN];
+    snprintf(msg, sizeof msg, "pg: cannot send: %s", PQerrorMessage(pc->conn));
+    trim_message(msg);
+    conn_close(pc, msg);
+    lua_pushnil(L);
+    lua_pushstring(L, msg);
+    return 2;
+  }
+  int r = start_op_for(L, pc, OP_BATCH, 1, NULL, 0);
+  return r;
 }
 
 /* conn:ok() -> bool: usable for the next statement. Reads whatever the
@@ -904,6 +1082,8 @@ static int l_exec(lua_State *L) {
 ** closed (restart, admin shutdown) is noticed before anything is sent. */
 static int l_ok(lua_State *L) {
   pgconn *pc = check_conn(L);
+  if (pc->conn && !pc->op && pc->nbatch)
+    conn_close(pc, "pg: connection closed: a batch was left without its sync");
   int ok = pc->conn != NULL && pc->op == NULL;
   /* Twice: a server shutting down sends a FATAL message and then closes;
   ** the first read takes the message, the second sees the end. */
@@ -981,6 +1161,9 @@ static int l_gc(lua_State *L) {
     free(pc->stmts);
     pc->stmts = NULL;
   }
+  free(pc->cmds);
+  pc->cmds = NULL;
+  pc->cmds_cap = 0;
   return 0;
 }
 
@@ -1007,6 +1190,9 @@ static int l_set_codecs(lua_State *L) {
 static const luaL_Reg conn_methods[] = {
   { "query", l_query },
   { "exec", l_exec },
+  { "send", l_send },
+  { "sync", l_sync },
+  { "pending", l_pending },
   { "ok", l_ok },
   { "tx_status", l_tx_status },
   { "backend_pid", l_backend_pid },

@@ -19,7 +19,8 @@
   X(PQisBusy) X(PQnfields) X(PQntuples) X(PQputCopyEnd) \
   X(PQresStatus) X(PQresultErrorField) X(PQresultErrorMessage) X(PQresultStatus) \
   X(PQsendPrepare) X(PQsendQuery) X(PQsendQueryParams) X(PQsendQueryPrepared) X(PQsetNoticeProcessor) X(PQsetnonblocking) \
-  X(PQsocket) X(PQstatus) X(PQtransactionStatus) X(PQunescapeBytea)
+  X(PQsocket) X(PQstatus) X(PQtransactionStatus) X(PQunescapeBytea) \
+  X(PQenterPipelineMode) X(PQexitPipelineMode) X(PQpipelineSync)
 
 struct mg_pq_api {
 #define MG_PQ_SLOT(f) __typeof__(f) *f;
@@ -70,6 +71,9 @@ const char *mg_pq_load(void);
 #define PQstatus mg_pq.PQstatus
 #define PQtransactionStatus mg_pq.PQtransactionStatus
 #define PQunescapeBytea mg_pq.PQunescapeBytea
+#define PQenterPipelineMode mg_pq.PQenterPipelineMode
+#define PQexitPipelineMode mg_pq.PQexitPipelineMode
+#define PQpipelineSync mg_pq.PQpipelineSync
 #endif
 
 #endif

@@ -293,6 +293,146 @@ describe("moongraph.pg", function()
     end)
   end)
 
+  describe("statements sent ahead", function()
+    -- a sequence moves outside any transaction: another connection sees
+    -- when a statement has reached the server
+    local function seq_value(other, name)
+      return other:query("SELECT last_value, is_called FROM " .. name)[1]
+    end
+
+    it("tx:send goes to the server with the next statement, in order", function()
+      run(function()
+        local db, other = connect(), connect()
+        db:exec("CREATE TABLE ahead (n int); CREATE SEQUENCE ahead_seq")
+        local seen_before, seen_after
+        local n = assert(db:transaction(function(tx)
+          assert.is_true(tx:send("SELECT nextval('ahead_seq')"))
+          assert.is_true(tx:send("INSERT INTO ahead VALUES ($1)", { 1 }))
+          seen_before = seq_value(other, "ahead_seq").is_called
+          local rows = assert(tx:query("SELECT count(*)::int AS c FROM ahead"))
+          seen_after = seq_value(other, "ahead_seq").is_called
+          tx:send("INSERT INTO ahead VALUES ($1)", { 2 })
+          return rows[1].c
+        end))
+        assert.is_false(seen_before)        -- nothing sent before the query
+        assert.is_true(seen_after)
+        assert.equal(1, n)                  -- the query saw the insert sent ahead of it
+        assert.same({ { n = 1 }, { n = 2 } }, db:query("SELECT n FROM ahead ORDER BY n"))
+      end)
+    end)
+
+    it("a failing statement sent ahead fails the next query with its position and rolls back", function()
+      run(function()
+        local db = connect()
+        db:exec("CREATE TABLE ahead2 (v int PRIMARY KEY)")
+        local qerr, qstate, qpos
+        local ok, err = db:transaction(function(tx)
+          tx:send("INSERT INTO ahead2 VALUES (1)")
+          tx:send("INSERT INTO ahead2 VALUES (1)")   -- duplicate key
+          tx:send("INSERT INTO ahead2 VALUES (2)")
+          local rows
+          rows, qerr, qstate, qpos = tx:query("SELECT 1 AS one")
+          assert.is_nil(rows)
+          return true
+        end)
+        assert.matches("duplicate key", qerr)
+        assert.equal("23505", qstate)
+        assert.equal(3, qpos)                -- BEGIN, the first insert, then this one
+        assert.is_nil(ok)
+        assert.matches("rolled back", err)
+        assert.equal(0, db:query("SELECT count(*)::int AS c FROM ahead2")[1].c)
+        assert.equal(1, db:query("SELECT 1 AS one")[1].one)   -- usable
+      end)
+    end)
+
+    it("a failing statement sent last fails the commit with its own message", function()
+      run(function()
+        local db = connect()
+        db:exec("CREATE TABLE ahead3 (v int CHECK (v > 0))")
+        local ok, err = db:transaction(function(tx)
+          tx:query("INSERT INTO ahead3 VALUES (1)")
+          tx:send("INSERT INTO ahead3 VALUES (-1)")
+          return "committed?"
+        end)
+        assert.is_nil(ok)
+        assert.matches("violates check constraint", err)
+        assert.equal(0, db:query("SELECT count(*)::int AS c FROM ahead3")[1].c)
+        assert.equal(1, db:query("SELECT 1 AS one")[1].one)   -- usable
+      end)
+    end)
+
+    it("a bad parameter raises at tx:send and the transaction rolls back", function()
+      run(function()
+        local db = connect()
+        db:exec("CREATE TABLE ahead4 (v int)")
+        local ok, err = db:transaction(function(tx)
+          tx:query("INSERT INTO ahead4 VALUES (1)")
+          tx:send("INSERT INTO ahead4 VALUES ($1)", { function() end })
+        end)
+        assert.is_nil(ok)
+        assert.is_truthy(err:find("bad parameter $1", 1, true))
+        assert.equal(0, db:query("SELECT count(*)::int AS c FROM ahead4")[1].c)
+      end)
+    end)
+
+    it("a savepoint whose sent statement fails rolls back to itself; the outer commits", function()
+      run(function()
+        local db = connect()
+        db:exec("CREATE TABLE ahead5 (v text PRIMARY KEY)")
+        assert(db:transaction(function(tx)
+          tx:send("INSERT INTO ahead5 VALUES ('outer')")
+          local ok, err = tx:transaction(function(inner)
+            inner:send("INSERT INTO ahead5 VALUES ('inner')")
+            inner:send("INSERT INTO ahead5 VALUES ('inner')")   -- fails at the release
+            return true
+          end)
+          assert.is_nil(ok)
+          assert.matches("duplicate key", err)
+          return true
+        end))
+        assert.same({ { v = "outer" } }, db:query("SELECT v FROM ahead5"))
+      end)
+    end)
+
+    it("statements sent ahead are prepared from their second use like queries", function()
+      run(function()
+        local db = connect()
+        db:exec("CREATE TABLE ahead6 (v int)")
+        for i = 1, 3 do
+          assert(db:transaction(function(tx)
+            assert(tx:send("INSERT INTO ahead6 VALUES ($1)", { i }))
+            return true
+          end))
+        end
+        local rows = db:query("SELECT statement FROM pg_prepared_statements")
+        local found = false
+        for _, r in ipairs(rows) do
+          if r.statement:find("INSERT INTO ahead6", 1, true) then found = true end
+        end
+        assert.is_true(found)
+        assert.same({ { v = 1 }, { v = 2 }, { v = 3 } }, db:query("SELECT v FROM ahead6 ORDER BY v"))
+      end)
+    end)
+
+    it("on a connection: send and sync, and a batch left without its sync closes it", function()
+      run(function()
+        local raw = assert(require("moongraph.core").pg.connect(url))
+        assert.is_true(raw:send("SELECT $1::int AS a", { 1 }))
+        assert.is_true(raw:send("SELECT $1::int AS b", { 2 }))
+        assert.equal(2, raw:pending())
+        local rows = assert(raw:sync())
+        assert.same({ { b = 2 } }, rows)            -- the last statement's rows
+        assert.equal(0, raw:pending())
+        assert.has_error(function() raw:sync() end, "pg: sync without a statement sent")
+        raw:send("SELECT 1")
+        local r, err = raw:query("SELECT 2")
+        assert.is_nil(r)
+        assert.matches("a batch was left without its sync", err)
+        assert.is_false(raw:ok())
+      end)
+    end)
+  end)
+
   describe("prepared statements", function()
     local function prepared(db)
       local rows = assert(db:query("SELECT statement FROM pg_prepared_statements ORDER BY name"))

@@ -4,7 +4,7 @@
 --   local db = assert(pg.connect("postgresql://user@127.0.0.1:5432/app", { statement_timeout = 5 }))
 --   local rows, n = db:query("SELECT id, doc FROM t WHERE name = $1 AND size > $2", { name, 10 })
 --   db:exec("CREATE TABLE a (...); CREATE INDEX ...")       --> true | nil, err
---   db:transaction(function(tx) tx:query(...); tx:query(...) end)
+--   db:transaction(function(tx) tx:query(...); tx:send(...); tx:query(...) end)
 --   local pool = pg.pool(url, { size = 8 })                  -- same methods as db
 --
 -- Statements take $1..$n parameters only; values are never spliced into the
@@ -151,23 +151,65 @@ local function tx_check(tx, fname)
   end
 end
 
+-- A statement after those the transaction sent ahead of it (tx:send, its
+-- BEGIN): all go in one round trip, and the last one's results come back.
+local function run_in(raw, sql, params)
+  if raw:pending() == 0 then return run_query(raw, sql, params) end
+  local ok, err
+  if params == nil then ok, err = raw:send(sql)
+  else ok, err = raw:send(sql, params, params.n or #params) end
+  if not ok then return nil, err end
+  return raw:sync()
+end
+
 function Tx:query(sql, params)
   tx_check(self, "query")
   check_sql("query", sql, params)
-  return run_query(self.raw, sql, params)
+  return run_in(self.raw, sql, params)
+end
+
+-- tx:send(sql [, params]) -> true | nil, err: a statement whose results the
+-- caller does not need. It goes to the server with the transaction's next
+-- statement or its commit, in the same round trip; if it fails, that call
+-- reports its error and the transaction rolls back.
+function Tx:send(sql, params)
+  tx_check(self, "send")
+  check_sql("send", sql, params)
+  if params == nil then return self.raw:send(sql) end
+  return self.raw:send(sql, params, params.n or #params)
 end
 
 function Tx:exec(sql)
   tx_check(self, "exec")
   check_sql("exec", sql)
-  return self.raw:exec(sql)
+  local raw = self.raw
+  if raw:pending() > 0 then
+    local ok, err, state = raw:sync()
+    if not ok then return nil, err, state end
+  end
+  return raw:exec(sql)
 end
 
--- Run fn(tx) inside the open transaction `raw`: commit on return, roll back
--- on error. `depth` > 0 uses a savepoint.
+-- After a failure inside a transaction: end what was sent, then roll back.
+local function undo(raw, sp)
+  if raw:pending() > 0 then raw:sync() end
+  if raw:ok() or raw:tx_status() ~= "unknown" then
+    if sp then
+      raw:exec("ROLLBACK TO SAVEPOINT " .. sp)
+      raw:exec("RELEASE SAVEPOINT " .. sp)
+    else
+      raw:exec("ROLLBACK")
+    end
+  end
+end
+
+-- Run fn(tx) inside a transaction on `raw`: commit on return, roll back on
+-- error. `depth` > 0 uses a savepoint. The BEGIN (SAVEPOINT) goes with the
+-- first statement, and statements sent with tx:send with the next one or
+-- the COMMIT, so a transaction costs no round trip of its own.
 local function run_tx(raw, fn, depth)
   local sp = depth > 0 and ("moongraph_sp_" .. depth) or nil
-  local ok, err = raw:exec(sp and ("SAVEPOINT " .. sp) or "BEGIN")
+  local ok, err = raw:send(sp and ("SAVEPOINT " .. sp) or "BEGIN")
   if not ok then return nil, err end
   local tx = setmetatable({ raw = raw, depth = depth }, Tx)
   local res = pack(pcall(fn, tx))
@@ -176,17 +218,14 @@ local function run_tx(raw, fn, depth)
     res = { false, "pg: transaction rolled back: a statement inside it failed", n = 2 }
   end
   if res[1] then
-    ok, err = raw:exec(sp and ("RELEASE SAVEPOINT " .. sp) or "COMMIT")
+    ok, err = run_in(raw, sp and ("RELEASE SAVEPOINT " .. sp) or "COMMIT")
     if not ok then
-      if not sp then raw:exec("ROLLBACK") end
+      undo(raw, sp)
       return nil, err
     end
     return unpack(res, 2, res.n)
   end
-  if raw:ok() or raw:tx_status() ~= "unknown" then
-    raw:exec(sp and ("ROLLBACK TO SAVEPOINT " .. sp) or "ROLLBACK")
-    if sp then raw:exec("RELEASE SAVEPOINT " .. sp) end
-  end
+  undo(raw, sp)
   return nil, res[2]
 end
 
