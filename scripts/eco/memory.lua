@@ -250,7 +250,8 @@ end
 --       message, answer }
 function Mem:record(tx, t)
   local summary = t.summary and json.encode(t.summary) or nil
-  local ok, err = tx:query([[
+  -- both rows go with the transaction's next statement (tx:send)
+  local ok, err = tx:send([[
 INSERT INTO conversations (thread_id, user_id, turn, last_intent, summary)
 VALUES ($1, $2, $3, $4, $5::jsonb)
 ON CONFLICT (thread_id) DO UPDATE SET
@@ -259,7 +260,7 @@ ON CONFLICT (thread_id) DO UPDATE SET
   summary = COALESCE(EXCLUDED.summary, conversations.summary),
   updated_at = now()]], { t.thread_id, t.user_id, t.turn, arg(t.intent), arg(summary) })
   if not ok then return nil, err end
-  ok, err = tx:query([[
+  ok, err = tx:send([[
 INSERT INTO messages (thread_id, turn, role, content, intent, job_id)
 VALUES ($1, $2, 'user', $3, $4, $5), ($1, $2, 'assistant', $6, $4, $5)
 ON CONFLICT DO NOTHING]], { t.thread_id, t.turn, t.message, arg(t.intent), t.job_id, t.answer or "" })

@@ -678,7 +678,8 @@ function saver:delete_thread_in(tx, thread_id)
   local ok, err = ready(self)
   if not ok then return nil, err end
   cache_drop_thread(self, thread_id)
-  ok, err = tx:query(DELETE_SQL, { thread_id })
+  -- no result needed: it goes with the transaction's next statement
+  ok, err = (tx.send or tx.query)(tx, DELETE_SQL, { thread_id })
   if not ok then return nil, err end
   return true
 end

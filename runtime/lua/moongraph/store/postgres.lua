@@ -648,7 +648,10 @@ end
 -- lock rather than SELECT ... FOR UPDATE because the item may not exist
 -- yet, and two first writers must not both start from nothing.
 local function locked_update(v, get, fn, opts)
-  local ok, err = v.db:query("SELECT pg_advisory_xact_lock(hashtextextended($1, $2))",
+  -- in a transaction the lock goes with the read (one round trip): its
+  -- result is not needed
+  local db = v.db
+  local ok, err = (db.send or db.query)(db, "SELECT pg_advisory_xact_lock(hashtextextended($1, $2))",
     { jlabels(get.ns) .. jstr(get.key), ITEM_LOCK_SEED })
   if not ok then return nil, "store: " .. tostring(err) end
   local res
