@@ -66,9 +66,14 @@ function M:observe(family, label, sec)
     for i = 1, #_M.BUCKETS do h.counts[i] = 0 end
     fam[label] = h
   end
+  -- counted in the first bucket that holds it; the cumulative counts are
+  -- made when read (cumulative below)
   local b = _M.BUCKETS
   for i = 1, #b do
-    if sec <= b[i] then h.counts[i] = h.counts[i] + 1 end
+    if sec <= b[i] then
+      h.counts[i] = h.counts[i] + 1
+      break
+    end
   end
   h.sum = h.sum + sec
   h.count = h.count + 1
@@ -81,6 +86,16 @@ local function sorted_keys(t)
   return ks
 end
 
+-- The histogram's bucket counts as exposed: each bucket with all below it.
+local function cumulative(h)
+  local out, n = {}, 0
+  for i = 1, #_M.BUCKETS do
+    n = n + h.counts[i]
+    out[i] = n
+  end
+  return out
+end
+
 -- A plain copy: counters, gauges, and per histogram count, sum, mean and
 -- the cumulative bucket counts.
 function M:snapshot()
@@ -89,8 +104,8 @@ function M:snapshot()
   for k, v in pairs(self.gauges) do out.gauges[k] = v end
   for fam, dest in pairs { node = out.node_latency, job = out.job_duration } do
     for label, h in pairs(self.hist[fam]) do
-      local buckets = {}
-      for i, le in ipairs(_M.BUCKETS) do buckets[format("%g", le)] = h.counts[i] end
+      local buckets, cum = {}, cumulative(h)
+      for i, le in ipairs(_M.BUCKETS) do buckets[format("%g", le)] = cum[i] end
       dest[label] = { count = h.count, sum = h.sum, mean = h.count > 0 and h.sum / h.count or 0,
                       buckets = buckets }
     end
@@ -139,8 +154,9 @@ function M:prometheus(labels)
     for _, label in ipairs(sorted_keys(hs)) do
       local h = hs[label]
       local l = format('%s="%s"', key, esc(label))
+      local cum = cumulative(h)
       for i, le in ipairs(_M.BUCKETS) do
-        add(format('%s_bucket%s %d', full, lbl { l, format('le="%g"', le) }, h.counts[i]))
+        add(format('%s_bucket%s %d', full, lbl { l, format('le="%g"', le) }, cum[i]))
       end
       add(format('%s_bucket%s %d', full, lbl { l, 'le="+Inf"' }, h.count))
       add(format('%s_sum%s %.6f', full, lbl { l }, h.sum))
