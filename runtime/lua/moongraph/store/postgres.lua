@@ -475,6 +475,10 @@ local function single(self, op)
     end
     return { n = 1, it }
   end
+  -- on a transaction a write needs no result: it goes with the transaction's
+  -- next statement or its commit, which report its failure
+  local db = self.db
+  local write = db.send or db.query
   local ok, err
   if kind == "put" then
     local emb = SQLNULL
@@ -486,10 +490,10 @@ local function single(self, op)
       emb = farray(flat)
     end
     if op.ttl then self.ttl_seen = true end
-    ok, err = self.db:query(PUT_SQL, { pg_array(op.ns), op.key, json.encode(op.value),
+    ok, err = write(db, PUT_SQL, { pg_array(op.ns), op.key, json.encode(op.value),
       op.ttl and op.ttl + 0.0 or SQLNULL, emb, n = 5 })
   else
-    ok, err = self.db:query(DELETE_SQL, { pg_array(op.ns), op.key })
+    ok, err = write(db, DELETE_SQL, { pg_array(op.ns), op.key })
   end
   if not ok then return nil, "store: " .. tostring(err) end
   return { n = 1, true }
