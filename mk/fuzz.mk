@@ -38,6 +38,20 @@ fuzz-json: build/fuzz/json_fuzz
 	@mkdir -p build/fuzz/corpus-json
 	build/fuzz/json_fuzz -runs=$(FUZZ_RUNS) -max_len=512 -print_final_stats=1 build/fuzz/corpus-json fuzz/corpus/json
 
+# The C JSON decoder against the Lua one (fuzz/json_decode_fuzz.c), on
+# arbitrary bytes seeded with the encoder's corpus.
+build/fuzz/json_decode_fuzz: fuzz/json_decode_fuzz.c runtime/json.c runtime/mg.h
+	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang and libclang-rt-14-dev (apt-get install clang libclang-rt-14-dev)"; exit 1; }
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) fuzz/json_decode_fuzz.c runtime/json.c -o $@ $(FUZZ_LIBS) -lm
+
+.PHONY: fuzz-json-decode
+fuzz: fuzz-json-decode
+
+fuzz-json-decode: build/fuzz/json_decode_fuzz
+	@mkdir -p build/fuzz/corpus-json-decode
+	build/fuzz/json_decode_fuzz -runs=$(FUZZ_RUNS) -max_len=512 -print_final_stats=1 build/fuzz/corpus-json-decode fuzz/corpus/json-decode
+
 # The HTTP server's own parsing: the request reader over http-parser
 # (fuzz/http1_fuzz.c), routes and percent-decoding (fuzz/route_fuzz.c) and
 # static path resolution (fuzz/static_fuzz.c).

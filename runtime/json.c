@@ -1,7 +1,7 @@
 /*
 ** json.c — core.json.encode: the checkpoint JSON encoder of moongraph.json,
-** in C; and core.json.copy: the copy encode then decode would give, made
-** without the text.
+** in C; core.json.copy: the copy encode then decode would give, made
+** without the text; and core.json.decode: its decoder, in C.
 **
 ** It writes exactly the bytes the Lua encoder (moongraph.json) writes, for
 ** every value it accepts: integers as %lld, floats as the shortest of %.14g
@@ -387,9 +387,256 @@ static int l_copy(lua_State *L) {
   return 2;
 }
 
+/* ---------------------------------------------------------------- decode */
+
+/* decode gives what moongraph.json's Lua decoder gives, value for value and
+** error for error (the message and its byte position): integers stay
+** integers (one too large for an integer becomes a float), a number written
+** with '.', 'e' or 'E' is a float, strings are taken byte for byte (escapes
+** decoded; a \u escape pair of surrogates joined, a lone one written as its
+** three bytes), an empty array gets the array marker and other tables
+** none, null is the null sentinel, and nesting stops at MAX_DEPTH. Numbers
+** are read as the Lua decoder reads them: the longest run matching
+** -?digits[.digits][eE][+-]digits, converted as tonumber converts. It is
+** stricter in one place: a \u escape takes exactly four hex digits. */
+typedef struct {
+  lua_State *L;
+  const char *s;
+  size_t n;
+  int null_idx, array_idx;
+  const char *err;
+  size_t err_at;             /* 0-based offset the error names */
+} dec_t;
+
+static size_t dec_fail(dec_t *d, const char *msg, size_t at) {
+  d->err = msg;
+  d->err_at = at;
+  return (size_t)-1;
+}
+
+#define DEC_FAILED ((size_t)-1)
+
+static size_t skip_ws(const dec_t *d, size_t i) {
+  while (i < d->n && (d->s[i] == ' ' || d->s[i] == '\t' || d->s[i] == '\r' || d->s[i] == '\n')) i++;
+  return i;
+}
+
+static int hex4(const char *p, unsigned *out) {
+  unsigned v = 0;
+  for (int k = 0; k < 4; k++) {
+    char c = p[k];
+    v <<= 4;
+    if (c >= '0' && c <= '9') v |= (unsigned)(c - '0');
+    else if (c >= 'a' && c <= 'f') v |= (unsigned)(c - 'a' + 10);
+    else if (c >= 'A' && c <= 'F') v |= (unsigned)(c - 'A' + 10);
+    else return 0;
+  }
+  *out = v;
+  return 1;
+}
+
+static void add_utf8(luaL_Buffer *b, unsigned cp) {
+  char u[4];
+  int len;
+  if (cp < 0x80) { u[0] = (char)cp; len = 1; }
+  else if (cp < 0x800) { u[0] = (char)(0xC0 | (cp >> 6)); u[1] = (char)(0x80 | (cp & 0x3F)); len = 2; }
+  else if (cp < 0x10000) {
+    u[0] = (char)(0xE0 | (cp >> 12)); u[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
+    u[2] = (char)(0x80 | (cp & 0x3F)); len = 3;
+  } else {
+    u[0] = (char)(0xF0 | (cp >> 18)); u[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
+    u[2] = (char)(0x80 | ((cp >> 6) & 0x3F)); u[3] = (char)(0x80 | (cp & 0x3F)); len = 4;
+  }
+  luaL_addlstring(b, u, (size_t)len);
+}
+
+/* The string whose opening quote is at i: pushed; returns the offset after
+** its closing quote. */
+static size_t dec_string(dec_t *d, size_t i) {
+  const char *s = d->s;
+  size_t n = d->n, j = i + 1;
+  while (j < n && s[j] != '"' && s[j] != '\\') j++;
+  if (j >= n) return dec_fail(d, "unterminated string", i);
+  if (s[j] == '"') {                          /* no escape: the bytes as they are */
+    lua_pushlstring(d->L, s + i + 1, j - i - 1);
+    return j + 1;
+  }
+  luaL_Buffer b;
+  luaL_buffinit(d->L, &b);
+  luaL_addlstring(&b, s + i + 1, j - i - 1);
+  while (1) {
+    if (j >= n) return dec_fail(d, "unterminated string", i);
+    char c = s[j];
+    if (c == '"') {
+      luaL_pushresult(&b);
+      return j + 1;
+    }
+    if (c != '\\') {
+      size_t k = j;
+      while (k < n && s[k] != '"' && s[k] != '\\') k++;
+      luaL_addlstring(&b, s + j, k - j);
+      j = k;
+      continue;
+    }
+    char e = j + 1 < n ? s[j + 1] : '\0';
+    const char *simple = NULL;
+    switch (e) {
+      case '"': simple = "\""; break;
+      case '\\': simple = "\\"; break;
+      case '/': simple = "/"; break;
+      case 'b': simple = "\b"; break;
+      case 'f': simple = "\f"; break;
+      case 'n': simple = "\n"; break;
+      case 'r': simple = "\r"; break;
+      case 't': simple = "\t"; break;
+      default: break;
+    }
+    if (simple) {
+      luaL_addchar(&b, simple[0]);
+      j += 2;
+      continue;
+    }
+    if (e != 'u') return dec_fail(d, "bad escape", j);
+    unsigned cp, lo;
+    if (j + 6 > n || !hex4(s + j + 2, &cp)) return dec_fail(d, "bad \\u escape", j);
+    j += 6;
+    if (cp >= 0xD800 && cp <= 0xDBFF && j + 6 <= n && s[j] == '\\' && s[j + 1] == 'u' &&
+        hex4(s + j + 2, &lo) && lo >= 0xDC00 && lo <= 0xDFFF) {
+      cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+      j += 6;
+    }
+    add_utf8(&b, cp);
+  }
+}
+
+static int is_digit(char c) { return c >= '0' && c <= '9'; }
+
+static size_t dec_number(dec_t *d, size_t i) {
+  const char *s = d->s;
+  size_t n = d->n, j = i;
+  if (j < n && s[j] == '-') j++;
+  if (j >= n || !is_digit(s[j])) return dec_fail(d, "unexpected character", i);
+  while (j < n && is_digit(s[j])) j++;
+  int fractional = 0;
+  if (j < n && s[j] == '.') { j++; fractional = 1; }
+  while (j < n && is_digit(s[j])) j++;
+  if (j < n && (s[j] == 'e' || s[j] == 'E')) { j++; fractional = 1; }
+  if (j < n && (s[j] == '-' || s[j] == '+')) j++;
+  while (j < n && is_digit(s[j])) j++;
+  lua_State *L = d->L;
+  char small[64];
+  const char *text;
+  size_t len = j - i;
+  if (len < sizeof small) {
+    memcpy(small, s + i, len);
+    small[len] = '\0';
+    text = small;
+  } else {
+    lua_pushlstring(L, s + i, len);         /* kept below the number */
+    text = lua_tostring(L, -1);
+  }
+  if (lua_stringtonumber(L, text) == 0) {
+    if (text != small) lua_pop(L, 1);
+    return dec_fail(d, "bad number", i);
+  }
+  if (text != small) lua_remove(L, -2);
+  if (fractional) {
+    if (lua_isinteger(L, -1)) {               /* as v + 0.0 makes it */
+      lua_Number f = (lua_Number)lua_tointeger(L, -1);
+      lua_pop(L, 1);
+      lua_pushnumber(L, f);
+    }
+  } else if (!lua_isinteger(L, -1)) {         /* math.tointeger(v) or v */
+    lua_Number f = lua_tonumber(L, -1);
+    lua_Integer k;
+    if (f == floor(f) && lua_numbertointeger(f, &k)) {
+      lua_pop(L, 1);
+      lua_pushinteger(L, k);
+    }
+  }
+  return j;
+}
+
+static size_t dec_value(dec_t *d, size_t i, int depth) {
+  lua_State *L = d->L;
+  const char *s = d->s;
+  size_t n = d->n;
+  i = skip_ws(d, i);
+  if (i >= n) return dec_fail(d, "unexpected end of input", i);
+  char c = s[i];
+  if (c == '{') {
+    if (depth > MAX_DEPTH) return dec_fail(d, "nesting too deep", i);
+    luaL_checkstack(L, 4, "JSON nesting");
+    lua_newtable(L);
+    i = skip_ws(d, i + 1);
+    if (i < n && s[i] == '}') return i + 1;
+    while (1) {
+      if (i >= n || s[i] != '"') return dec_fail(d, "object key expected", i);
+      i = dec_string(d, i);
+      if (i == DEC_FAILED) return i;
+      i = skip_ws(d, i);
+      if (i >= n || s[i] != ':') return dec_fail(d, "':' expected", i);
+      i = dec_value(d, i + 1, depth + 1);
+      if (i == DEC_FAILED) return i;
+      lua_rawset(L, -3);
+      i = skip_ws(d, i);
+      if (i < n && s[i] == ',') i = skip_ws(d, i + 1);
+      else if (i < n && s[i] == '}') return i + 1;
+      else return dec_fail(d, "',' or '}' expected", i);
+    }
+  }
+  if (c == '[') {
+    if (depth > MAX_DEPTH) return dec_fail(d, "nesting too deep", i);
+    luaL_checkstack(L, 4, "JSON nesting");
+    lua_newtable(L);
+    i = skip_ws(d, i + 1);
+    if (i < n && s[i] == ']') {
+      lua_pushvalue(L, d->array_idx);
+      lua_setmetatable(L, -2);
+      return i + 1;
+    }
+    lua_Integer k = 0;
+    while (1) {
+      i = dec_value(d, i, depth + 1);
+      if (i == DEC_FAILED) return i;
+      lua_rawseti(L, -2, ++k);
+      i = skip_ws(d, i);
+      if (i < n && s[i] == ',') i = i + 1;
+      else if (i < n && s[i] == ']') return i + 1;
+      else return dec_fail(d, "',' or ']' expected", i);
+    }
+  }
+  if (c == '"') return dec_string(d, i);
+  if (c == 't' && n - i >= 4 && memcmp(s + i, "true", 4) == 0) { lua_pushboolean(L, 1); return i + 4; }
+  if (c == 'f' && n - i >= 5 && memcmp(s + i, "false", 5) == 0) { lua_pushboolean(L, 0); return i + 5; }
+  if (c == 'n' && n - i >= 4 && memcmp(s + i, "null", 4) == 0) { lua_pushvalue(L, d->null_idx); return i + 4; }
+  return dec_number(d, i);
+}
+
+/* decode(s, null, array_mt) -> value | nil, err ("invalid JSON: ... at byte N") */
+static int l_decode(lua_State *L) {
+  size_t n;
+  const char *s = luaL_checklstring(L, 1, &n);
+  luaL_checkany(L, 2);
+  luaL_checktype(L, 3, LUA_TTABLE);
+  lua_settop(L, 3);
+  dec_t d = { L, s, n, 2, 3, NULL, 0 };
+  size_t i = dec_value(&d, 0, 0);
+  if (i != DEC_FAILED) {
+    i = skip_ws(&d, i);
+    if (i >= n) return 1;
+    dec_fail(&d, "trailing data", i);
+  }
+  lua_settop(L, 3);
+  lua_pushnil(L);
+  lua_pushfstring(L, "invalid JSON: %s at byte %I", d.err, (lua_Integer)(d.err_at + 1));
+  return 2;
+}
+
 static const luaL_Reg json_fns[] = {
   {"encode", l_encode},
   {"copy", l_copy},
+  {"decode", l_decode},
   {NULL, NULL},
 };
 

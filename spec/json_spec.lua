@@ -173,6 +173,52 @@ describe("json.copy", function()
     end
   end)
 
+  it("decodes in C what the Lua decoder decodes, and refuses what it refuses, with its message", function()
+    local rng = seeded_rng(11)
+    local alphabet = { "{", "}", "[", "]", ",", ":", '"', "\\", "u", "d", "8", "0", "-", "+", ".",
+                       "e", "E", "1", "9", " ", "\n", "t", "n", "\0", "\xe2", "\xff", "a", "/" }
+    local function mutate(text)
+      local out = text
+      for _ = 1, rng(1, 3) do
+        local at = rng(1, #out + 1)
+        local op = rng(1, 3)
+        local piece = alphabet[rng(1, #alphabet)]
+        if op == 1 then out = out:sub(1, at - 1) .. piece .. out:sub(at)
+        elseif op == 2 then out = out:sub(1, at - 1) .. out:sub(at + 1)
+        else out = out:sub(1, at - 1) .. piece .. out:sub(at + 1) end
+      end
+      return out
+    end
+    local decoded, refused = 0, 0
+    for i = 1, 5000 do
+      local text = json.encode(rand_value(rng, 4), { indent = rng(1, 2) == 1 })
+      if i % 2 == 0 then text = mutate(text) end
+      -- the Lua decoder reads \u escapes with tonumber (it takes " 1a2" and
+      -- raises on "-001"); the C one takes exactly four hex digits
+      local odd_escape = text:find("\\u[^\\]?[^%x]") or text:find("\\u%x?%x?%x?[^%x]")
+      local ok, want, werr = pcall(json.lua_decode, text)
+      if ok and not odd_escape then
+        local got, gerr = json.decode(text)
+        if want == nil then
+          assert.is_nil(got, "text " .. i)
+          assert.equal(werr, gerr, "text " .. i .. ": " .. text)
+          refused = refused + 1
+        else
+          same_unshared(want, got, "text " .. i)
+          decoded = decoded + 1
+        end
+      end
+    end
+    assert.is_true(decoded > 2000 and refused > 1000, decoded .. " decoded, " .. refused .. " refused")
+    -- numbers as tonumber reads them, and surrogate pairs joined
+    local t = json.decode('[1, 1.0, 1e2, -0, 9223372036854775807, 9223372036854775808, "\\ud83d\\ude00\\ud800x"]')
+    assert.equal("integer", math.type(t[1])); assert.equal("float", math.type(t[2]))
+    assert.equal("float", math.type(t[3])); assert.equal("integer", math.type(t[4]))
+    assert.equal(math.maxinteger, t[5]); assert.equal("float", math.type(t[6]))
+    assert.equal("\u{1F600}\xed\xa0\x80x", t[7])
+    assert.same({ nil, "invalid JSON: bad \\u escape at byte 2" }, { json.decode('"\\u 1a2"') })
+  end)
+
   it("keeps the array marker of empty lists only, as decode does", function()
     local c = json.copy { a = json.array(), b = json.array { 1 }, c = {} }
     assert.equal(arr, getmetatable(c.a))

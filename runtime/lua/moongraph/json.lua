@@ -11,8 +11,9 @@ node cache uses that as its default key). Values that JSON cannot hold
 (functions, coroutines, userdata, NaN, tables mixing list and map keys,
 cycles) are refused with the path to the offending value.
 
-The encoder runs in C (moongraph.core.json, runtime/json.c) when the core
-module is there; it writes the same bytes, and hands every value it does
+The encoder and the decoder run in C (moongraph.core.json, runtime/json.c)
+when the core module is there. The decoder gives what the Lua decoder below
+gives (lua_decode); the encoder writes the same bytes, and hands every value it does
 not take (one that cannot be saved, or encode_output's) to the Lua encoder
 below, which writes it or names the path that failed.
 
@@ -379,10 +380,17 @@ function _M.encode_output(v)
 end
 
 --[[ decode(string) -> value | nil, err ]]
+local c_decode = ok_core and type(core) == "table" and core.json and core.json.decode or nil
 function _M.decode(s)
   if type(s) ~= "string" then
     error("bad argument #1 to 'decode': string expected, got " .. type(s), 2)
   end
+  if c_decode then return c_decode(s, null, array_mt) end
+  return _M.lua_decode(s)
+end
+
+--[[ lua_decode(string): decode in Lua, what the C decoder is held to ]]
+function _M.lua_decode(s)
   local ok, v, pos = pcall(decode_value, s, 1, 0)
   if not ok then
     if type(v) == "table" then return nil, "invalid JSON: " .. v.msg end
