@@ -48,7 +48,7 @@ describe("worker migrations", function()
     assert.equal(#migrations.list + #APP, #a + #b)          -- one of them did the work
     assert.same({}, again)
     assert.equal(migrations.list[#migrations.list].version, cur)
-    assert.same({ "app:1", "worker:1", "worker:3" }, rec)
+    assert.same({ "app:1", "worker:1", "worker:3", "worker:4" }, rec)
   end)
 
   it("keeps each script's versions in its own scope, and applies only what is new", function()
@@ -63,9 +63,26 @@ describe("worker migrations", function()
     end)
     assert.same({ { scope = "worker", version = 1, name = "job results" },
                   { scope = "worker", version = 3, name = "thread fences" },
+                  { scope = "worker", version = 4, name = "job results keep the state's JSON text" },
                   { scope = "app", version = 1, name = "notes" } }, first)
     assert.same({ { scope = "app", version = 2, name = "tags" } }, second)
     assert.equal(2, cur)
+  end)
+
+  it("stores a job's final state as the worker wrote it: floats stay floats", function()
+    local url = fresh_db()
+    local row = mg.run(function()
+      local db = assert(pg.connect(url))
+      assert(migrations.migrate(db, {}))
+      local results = require "moongraph.worker.results"
+      assert(results.commit(db, { job_id = "j-float", thread_id = "t-float", status = "done",
+        state = { f = 1e15, g = 2.0, i = 7, big = 1e300 } }))
+      return assert(results.get(db, "j-float"))
+    end)
+    assert.equal("float", math.type(row.state.f)); assert.equal(1e15, row.state.f)
+    assert.equal("float", math.type(row.state.g))
+    assert.equal("integer", math.type(row.state.i))
+    assert.equal(1e300, row.state.big)
   end)
 
   it("rolls everything back when a migration fails, and names it", function()
@@ -93,6 +110,9 @@ describe("worker migrations", function()
       local again = assert(migrations.migrate(db, { { scope = "eco", list = memory.migrations } }))
       assert.same({}, again)
       local r = assert(db:query("SELECT count(*)::int AS n FROM messages WHERE thread_id = 'old-conv'"))
+      -- a result stored before the upgrade reads back the same
+      local old = assert(require("moongraph.worker.results").get(db, "old-j1"))
+      assert.same({ intent = "waste", turn = 1 }, old.state)
       return x, u, recorded(db), r[1].n
     end)
     local prof = mg.run(function()
@@ -101,10 +121,11 @@ describe("worker migrations", function()
     -- the Eco² tables were there: its migration 1 is recorded, the data
     -- kept; the worker's thread fences are new
     assert.same({ { scope = "worker", version = 3, name = "thread fences" },
+                  { scope = "worker", version = 4, name = "job results keep the state's JSON text" },
                   { scope = "eco", version = 1, name = "conversation memory and user profiles" },
                   { scope = "eco", version = 2, name = "user profiles in the Store" } }, applied)
     assert.same({}, unknown)                 -- worker:2 is retired, not unknown
-    assert.same({ "eco:1", "eco:2", "worker:1", "worker:2", "worker:3" }, rec)
+    assert.same({ "eco:1", "eco:2", "worker:1", "worker:2", "worker:3", "worker:4" }, rec)
     assert.equal(2, rows)
     -- the old profile row, now in the Store
     assert.same({ last_location = "서울특별시 강남구", last_intent = "waste", intents = { waste = 1 }, turns = 1 }, prof)

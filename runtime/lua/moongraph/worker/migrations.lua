@@ -77,6 +77,18 @@ CREATE TABLE thread_fences (
 );
 ]],
   },
+  {
+    -- json keeps the text the worker wrote: jsonb rewrote numbers (a float
+    -- 1e15 came back as the integer 1000000000000000) and cost a parse
+    -- and a rebuild per result
+    version = 4,
+    name = "job results keep the state's JSON text",
+    sql = [[
+ALTER TABLE job_results ALTER COLUMN state DROP DEFAULT;
+ALTER TABLE job_results ALTER COLUMN state TYPE json USING state::json;
+ALTER TABLE job_results ALTER COLUMN state SET DEFAULT '{}'::json;
+]],
+  },
 }
 
 -- The record table, and its upgrade from the time it had no scope column

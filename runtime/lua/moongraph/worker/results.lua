@@ -94,7 +94,7 @@ end
 
 local INSERT = [[
 INSERT INTO job_results (job_id, thread_id, user_id, status, answer, error, state, worker, deliveries)
-VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9)
+VALUES ($1, $2, $3, $4, $5, $6, $7::json, $8, $9)
 ON CONFLICT (job_id) DO NOTHING
 RETURNING job_id]]
 
@@ -108,7 +108,7 @@ WITH f AS (
   RETURNING thread_id
 ), i AS (
   INSERT INTO job_results (job_id, thread_id, user_id, status, answer, error, state, worker, deliveries)
-  SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::jsonb, $8::text, $9::int
+  SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::json, $8::text, $9::int
   WHERE EXISTS (SELECT 1 FROM f)
   ON CONFLICT (job_id) DO NOTHING
   RETURNING job_id
