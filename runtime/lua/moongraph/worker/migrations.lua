@@ -87,6 +87,12 @@ CREATE TABLE thread_fences (
 ALTER TABLE job_results ALTER COLUMN state DROP DEFAULT;
 ALTER TABLE job_results ALTER COLUMN state TYPE json USING state::json;
 ALTER TABLE job_results ALTER COLUMN state SET DEFAULT '{}'::json;
+-- a state over 2 kB is compressed: lz4 where the server has it (pglz,
+-- the default, takes several times the CPU)
+DO $$ BEGIN
+  EXECUTE 'ALTER TABLE job_results ALTER COLUMN state SET COMPRESSION lz4';
+EXCEPTION WHEN feature_not_supported OR syntax_error OR undefined_object THEN NULL;
+END $$;
 ]],
   },
 }
