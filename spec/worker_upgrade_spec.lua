@@ -48,18 +48,20 @@ describe("moongraph worker on a database made by an earlier version", function()
       local old = assert(db:query("SELECT turns FROM user_profiles WHERE user_id = 'old-user'"))[1]
       assert.equal(1, old.turns)                                 -- no longer written, still readable
       -- the old result is still there, and the migrations are recorded once each
-      assert.equal("done", assert(results.get(db, "old-j1")).status)
+      local old_result = assert(results.get(db, "old-j1"))
+      assert.equal("done", old_result.status)
+      assert.same({ intent = "waste", turn = 1 }, old_result.state)   -- json now, read the same
       local rec = assert(db:query("SELECT scope, version FROM moongraph_worker_migrations ORDER BY scope, version"))
       local got = {}
       for i, m in ipairs(rec) do got[i] = m.scope .. ":" .. m.version end
-      assert.same({ "eco:1", "eco:2", "worker:1", "worker:2", "worker:3" }, got)
+      assert.same({ "eco:1", "eco:2", "worker:1", "worker:2", "worker:3", "worker:4" }, got)
     end)
     w:signal("TERM")
     mg.run(function() assert.equal(0, w:wait()) end)
     local applied = {}
     for i, l in ipairs(w:logged("migration applied")) do applied[i] = l.scope .. ":" .. math.tointeger(l.version) end
     table.sort(applied)
-    assert.same({ "eco:1", "eco:2", "worker:3" }, applied)
+    assert.same({ "eco:1", "eco:2", "worker:3", "worker:4" }, applied)
     assert.same({}, w:logged("does not list"))
   end)
 end)
