@@ -272,15 +272,93 @@ typedef struct {
   const void *path[MAX_DEPTH + 1];
 } copy_t;
 
-static int copy_value(copy_t *c, int idx);
+static int copy_value(copy_t *c, int idx, int prev);
 
-/* The copy of the table at idx (absolute) pushed: 0, or -1 (nothing pushed). */
-static int copy_table(copy_t *c, int idx) {
+/* Whether copy(value at s) would be equal to p, an earlier copy: the same
+** types down to integer and float, the same keys, the array marker on the
+** same empty tables. Allocates nothing. */
+static int same_copy(copy_t *c, int s, int p, int depth) {
+  lua_State *L = c->L;
+  int ts = lua_type(L, s);
+  if (ts != lua_type(L, p)) return 0;
+  switch (ts) {
+    case LUA_TSTRING:
+    case LUA_TBOOLEAN:
+      return lua_rawequal(L, s, p);
+    case LUA_TNUMBER:
+      return lua_isinteger(L, s) == lua_isinteger(L, p) && lua_rawequal(L, s, p);
+    case LUA_TTABLE:
+      break;
+    default:
+      return lua_rawequal(L, s, p) && lua_rawequal(L, s, c->null_idx);
+  }
+  if (lua_rawequal(L, s, c->null_idx) || lua_rawequal(L, p, c->null_idx)) return lua_rawequal(L, s, p);
+  if (depth >= MAX_DEPTH || !lua_checkstack(L, 6)) return 0;
+  int s_arr = 0, p_arr = 0;
+  if (lua_getmetatable(L, s)) {
+    s_arr = lua_rawequal(L, -1, c->array_idx);
+    lua_pop(L, 1);
+    if (!s_arr) return 0;
+  }
+  if (lua_getmetatable(L, p)) {
+    p_arr = lua_rawequal(L, -1, c->array_idx);
+    lua_pop(L, 1);
+    if (!p_arr) return 0;
+  }
+  size_t ns = 0, np = 0;
+  lua_pushnil(L);
+  while (lua_next(L, s)) {
+    ns++;
+    int kt = lua_type(L, -2);
+    if (kt != LUA_TSTRING && !(kt == LUA_TNUMBER && lua_isinteger(L, -2))) {
+      lua_pop(L, 2);
+      return 0;
+    }
+    lua_pushvalue(L, -2);
+    lua_rawget(L, p);
+    int top = lua_gettop(L);
+    int same = !lua_isnil(L, top) && same_copy(c, top - 1, top, depth + 1);
+    lua_pop(L, 2);
+    if (!same) {
+      lua_pop(L, 1);
+      return 0;
+    }
+  }
+  lua_pushnil(L);
+  while (lua_next(L, p)) {
+    np++;
+    lua_pop(L, 1);
+  }
+  if (np != ns) return 0;
+  return ns ? !p_arr : s_arr == p_arr;
+}
+
+/* prev[key], key at stack index k, pushed; returns its index, or 0 (and
+** nothing pushed) when there is no earlier copy to reuse from. */
+static int prev_child(lua_State *L, int prev, int k) {
+  if (!prev || lua_type(L, prev) != LUA_TTABLE) return 0;
+  lua_pushvalue(L, k);
+  lua_rawget(L, prev);
+  if (lua_isnil(L, -1)) {
+    lua_pop(L, 1);
+    return 0;
+  }
+  return lua_gettop(L);
+}
+
+/* The copy of the table at idx (absolute) pushed: 0, or -1 (nothing pushed).
+** prev (0: none) is an earlier copy of the same place: a part of the value
+** equal to its counterpart there is that part of prev, not a new table. */
+static int copy_table(copy_t *c, int idx, int prev) {
   lua_State *L = c->L;
   const void *me = lua_topointer(L, idx);
   for (int i = 0; i < c->depth; i++)
     if (c->path[i] == me) return -1;
-  if (c->depth >= MAX_DEPTH || !lua_checkstack(L, 8)) return -1;
+  if (c->depth >= MAX_DEPTH || !lua_checkstack(L, 10)) return -1;
+  if (prev && lua_type(L, prev) == LUA_TTABLE && same_copy(c, idx, prev, c->depth)) {
+    lua_pushvalue(L, prev);
+    return 0;
+  }
   int is_array_mt = 0;
   if (lua_getmetatable(L, idx)) {
     is_array_mt = lua_rawequal(L, -1, c->array_idx);
@@ -312,13 +390,15 @@ static int copy_table(copy_t *c, int idx) {
     int out = lua_gettop(L);
     lua_pushnil(L);
     while (rc == 0 && lua_next(L, idx)) {
-      rc = copy_value(c, lua_gettop(L));
+      int v = lua_gettop(L);
+      int pv = prev_child(L, prev, v - 1);
+      rc = copy_value(c, v, pv);
       if (rc == 0) {
-        lua_pushvalue(L, -3);      /* key */
+        lua_pushvalue(L, v - 1);   /* key */
         lua_insert(L, -2);
         lua_rawset(L, out);
       }
-      lua_pop(L, 1);               /* the original value; the key stays for lua_next */
+      lua_settop(L, v - 1);        /* the key stays for lua_next */
     }
     if (rc < 0) lua_settop(L, out - 1);
   } else if (count == 0) {
@@ -330,11 +410,18 @@ static int copy_table(copy_t *c, int idx) {
   } else {
     lua_createtable(L, (int)len, 0);
     int out = lua_gettop(L);
+    int pl = prev && lua_type(L, prev) == LUA_TTABLE ? prev : 0;
     for (lua_Integer i = 1; i <= len && rc == 0; i++) {
       lua_rawgeti(L, idx, i);
-      rc = copy_value(c, lua_gettop(L));
+      int v = lua_gettop(L);
+      int pv = 0;
+      if (pl) {
+        if (lua_rawgeti(L, pl, i) == LUA_TNIL) lua_pop(L, 1);
+        else pv = lua_gettop(L);
+      }
+      rc = copy_value(c, v, pv);
       if (rc == 0) lua_rawseti(L, out, i);
-      lua_pop(L, 1);
+      lua_settop(L, v - 1);
     }
     if (rc < 0) lua_settop(L, out - 1);
   }
@@ -343,7 +430,7 @@ static int copy_table(copy_t *c, int idx) {
 }
 
 /* The copy of the value at idx (absolute) pushed: 0, or -1 (nothing pushed). */
-static int copy_value(copy_t *c, int idx) {
+static int copy_value(copy_t *c, int idx, int prev) {
   lua_State *L = c->L;
   switch (lua_type(L, idx)) {
     case LUA_TSTRING:
@@ -359,27 +446,30 @@ static int copy_value(copy_t *c, int idx) {
       return 0;
     case LUA_TTABLE:
       if (lua_rawequal(L, idx, c->null_idx)) { lua_pushvalue(L, idx); return 0; }
-      return copy_table(c, idx);
+      return copy_table(c, idx, prev);
     default:
       if (lua_rawequal(L, idx, c->null_idx)) { lua_pushvalue(L, idx); return 0; }
       return -1;
   }
 }
 
-/* copy(value, null, array_mt) -> true, copy | false
+/* copy(value, null, array_mt [, prev]) -> true, copy | false
 ** false: a value encode leaves to the Lua encoder (moongraph.json then
-** copies it through the text, or names what cannot be saved). */
+** copies it through the text, or names what cannot be saved). prev, an
+** earlier copy of a value at the same place: every part of the new copy
+** equal to prev's part there is prev's table itself (shared, never changed
+** by copy), so a caller can tell unchanged parts by identity. */
 static int l_copy(lua_State *L) {
   luaL_checkany(L, 2);
   luaL_checktype(L, 3, LUA_TTABLE);
-  lua_settop(L, 3);
+  lua_settop(L, 4);
   copy_t cc, *c = &cc;
   c->L = L;
   c->null_idx = 2;
   c->array_idx = 3;
   c->depth = 0;
   lua_pushboolean(L, 1);
-  int rc = copy_value(c, 1);
+  int rc = copy_value(c, 1, lua_istable(L, 4) ? 4 : 0);
   if (rc < 0) {
     lua_pushboolean(L, 0);
     return 1;

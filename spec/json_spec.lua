@@ -219,6 +219,43 @@ describe("json.copy", function()
     assert.same({ nil, "invalid JSON: bad \\u escape at byte 2" }, { json.decode('"\\u 1a2"') })
   end)
 
+  it("copy(v, prev) reuses prev's tables where v is unchanged, and only there", function()
+    local v = { a = { 1, 2.0, "x" }, b = { c = { d = json.array() } }, e = "s", f = { 1 } }
+    local prev = json.copy(v)
+    v.f[1] = 2                                  -- one part changed
+    local c = json.copy(v, prev)
+    assert.equal(prev.a, c.a)                   -- unchanged: the same table
+    assert.equal(prev.b, c.b)
+    assert.are_not.equal(prev.f, c.f)           -- changed: a new one
+    assert.same({ 2 }, c.f)
+    assert.are_not.equal(prev, c)
+    -- integer and float, and the empty-array marker, count as changes
+    local p2 = json.copy { n = { 1 }, m = {} }
+    local c2 = json.copy({ n = { 1.0 }, m = json.array() }, p2)
+    assert.are_not.equal(p2.n, c2.n); assert.equal("float", math.type(c2.n[1]))
+    assert.are_not.equal(p2.m, c2.m); assert.equal(arr, getmetatable(c2.m))
+    -- random values and random changes: always what copy(v) alone gives
+    local rng = seeded_rng(5)
+    for i = 1, 2000 do
+      local a = rand_value(rng, 4)
+      local b = rng(1, 3) == 1 and rand_value(rng, 4) or json.decode(json.encode(a))
+      local pa = json.copy(a)
+      local cb = json.copy(b, pa)
+      assert.same(json.copy(b), cb, "value " .. i)
+      local want = json.decode(json.encode(b))
+      -- same types down to integers and floats
+      local function types(x, y, path)
+        if type(x) ~= "table" or x == json.null then
+          assert(math.type(x) == math.type(y) and type(x) == type(y), path)
+          return
+        end
+        assert(getmetatable(x) == getmetatable(y), path .. ": markers differ")
+        for k, xv in pairs(x) do types(xv, y[k], path .. "." .. tostring(k)) end
+      end
+      types(want, cb, "value " .. i)
+    end
+  end)
+
   it("keeps the array marker of empty lists only, as decode does", function()
     local c = json.copy { a = json.array(), b = json.array { 1 }, c = {} }
     assert.equal(arr, getmetatable(c.a))

@@ -401,14 +401,17 @@ function _M.lua_decode(s)
   return v
 end
 
---[[ copy(value) -> a deep copy made through the codec (what a saver hands
-back), or nil, err when the value cannot be saved: the value
+--[[ copy(value [, prev]) -> a deep copy made through the codec (what a saver
+hands back), or nil, err when the value cannot be saved: the value
 decode(encode(value)) gives, made in C without the text when the C encoder
-takes the value. ]]
+takes the value. prev, an earlier copy of a value at the same place: in C,
+every part of the copy equal to prev's part there is that part of prev
+itself, so unchanged parts keep their identity (they are shared: nobody
+may change them). ]]
 local c_copy = ok_core and type(core) == "table" and core.json and core.json.copy or nil
-function _M.copy(v)
+function _M.copy(v, prev)
   if c_copy then
-    local ok, c = c_copy(v, null, array_mt)
+    local ok, c = c_copy(v, null, array_mt, prev)
     if ok then return c end
   end
   local s, err = _M.encode(v)

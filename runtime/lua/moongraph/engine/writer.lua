@@ -284,7 +284,12 @@ function _M.put(run, op, a, b, c)
     -- the data as it is now: the run goes on, and its nodes may change
     -- tables this write holds before the writer task reaches it (a value
     -- that cannot be saved goes as it is: the saver names it)
-    if op == "put" then b = copy(b) or b end
+    if op == "put" then
+      -- channels unchanged since the last put keep their copy's identity,
+      -- so a saver can skip re-encoding them (w.last_put: that copy)
+      b = copy(b, w.last_put) or b
+      w.last_put = b
+    end
     if type(c) == "table" then c = copy(c) or c end
     w.q:put { op = op, a = a, b = b, c = c, key = key }
   else -- exit: remember the latest checkpoint of this namespace and its writes
