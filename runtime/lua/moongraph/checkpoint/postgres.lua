@@ -302,6 +302,17 @@ local function rows_json(r) return "[" .. concat(r.list, ",") .. "]" end
 
 local function jstr(s) return json.encode(s) end
 
+-- Channel names as JSON strings: a graph has few, written at every step.
+local names_json, names_n = {}, 0
+local function name_json(name)
+  local j = names_json[name]
+  if j then return j end
+  if names_n >= 4096 then names_json, names_n = {}, 0 end
+  j = jstr(name)
+  names_json[name], names_n = j, names_n + 1
+  return j
+end
+
 -- Add checkpoint `cp` (parent cfg.checkpoint_id) to the batch; returns the
 -- value-cache entries to mark stored once the batch is in | nil, err.
 local function add_put(self, b, cfg, checkpoint, metadata)
@@ -339,9 +350,11 @@ local function add_put(self, b, cfg, checkpoint, metadata)
     -- A value is left out only when a finished put stored it. One still in
     -- flight (async durability keeps several) may yet fail, so it is sent
     -- again under the same version: the same row, the same content.
-    if not k.stored then
+    -- (once per batch: the checkpoints of a batch share unchanged values)
+    if not k.stored and k.queued ~= b then
+      k.queued = b
       rows_add(b.blobs, ns .. "\0" .. channel .. "\0" .. k.version,
-        '{"n":' .. nsj .. ',"c":' .. jstr(channel) .. ',"v":' .. jstr(k.version) .. ',"b":' .. text .. "}")
+        '{"n":' .. nsj .. ',"c":' .. name_json(channel) .. ',"v":' .. jstr(k.version) .. ',"b":' .. text .. "}")
     end
   end
   local bodyj, mdj, err
