@@ -211,6 +211,18 @@ static void discard_notice(void *arg, const char *message) {
   (void)arg; (void)message;
 }
 
+/* libpq could not take what was asked ("cannot connect", "cannot send"):
+** close the connection (its state is unknown) and push nil, why. */
+static int fail_closed(lua_State *L, pgconn *pc, const char *what) {
+  char msg[ERRLEN];
+  snprintf(msg, sizeof msg, "pg: %s: %s", what, PQerrorMessage(pc->conn));
+  trim_message(msg);
+  conn_close(pc, msg);
+  lua_pushnil(L);
+  lua_pushstring(L, msg);
+  return 2;
+}
+
 /* ---------------------------------------------------------------- cancel requests */
 
 typedef struct cancel_work {
@@ -442,15 +454,7 @@ static int l_connect(lua_State *L) {
     return 2;
   }
   PQsetNoticeProcessor(pc->conn, discard_notice, NULL);
-  if (PQstatus(pc->conn) == CONNECTION_BAD) {
-    char msg[ERRLEN];
-    snprintf(msg, sizeof msg, "pg: cannot connect: %s", PQerrorMessage(pc->conn));
-    trim_message(msg);
-    conn_close(pc, msg);
-    lua_pushnil(L);
-    lua_pushstring(L, msg);
-    return 2;
-  }
+  if (PQstatus(pc->conn) == CONNECTION_BAD) return fail_closed(L, pc, "cannot connect");
   pgop *op = calloc(1, sizeof *op);
   if (!op) return luaL_error(L, "pg: out of memory");
   op->pc = pc;
@@ -907,15 +911,19 @@ static int prepare_done(lua_State *L, int status, lua_KContext ctx) {
 }
 
 /* conn:query(sql [, params [, n]]) -> rows, count | nil, err, sqlstate */
+/* The parameter count of a statement call (sql, params [, n]) at 2..4. */
+static int param_count(lua_State *L) {
+  if (lua_isnoneornil(L, 3)) return 0;
+  luaL_checktype(L, 3, LUA_TTABLE);
+  int n = lua_isnoneornil(L, 4) ? (int)luaL_len(L, 3) : (int)luaL_checkinteger(L, 4);
+  luaL_argcheck(L, n >= 0 && n <= 65535, 4, "parameter count must be 0..65535");
+  return n;
+}
+
 static int l_query(lua_State *L) {
   pgconn *pc = check_conn(L);
   const char *sql = luaL_checkstring(L, 2);
-  int n = 0;
-  if (!lua_isnoneornil(L, 3)) {
-    luaL_checktype(L, 3, LUA_TTABLE);
-    n = lua_isnoneornil(L, 4) ? (int)luaL_len(L, 3) : (int)luaL_checkinteger(L, 4);
-    luaL_argcheck(L, n >= 0 && n <= 65535, 4, "parameter count must be 0..65535");
-  }
+  int n = param_count(L);
   mg_check_yieldable(L, "pg query");
   if (!pc->conn || pc->op) return not_ready(L, pc);
   if (pc->nbatch) return batch_abandoned(L, pc);
@@ -975,12 +983,7 @@ static int add_cmd(pgconn *pc, pgstmt *stmt, int prepare) {
 static int l_send(lua_State *L) {
   pgconn *pc = check_conn(L);
   const char *sql = luaL_checkstring(L, 2);
-  int n = 0;
-  if (!lua_isnoneornil(L, 3)) {
-    luaL_checktype(L, 3, LUA_TTABLE);
-    n = lua_isnoneornil(L, 4) ? (int)luaL_len(L, 3) : (int)luaL_checkinteger(L, 4);
-    luaL_argcheck(L, n >= 0 && n <= 65535, 4, "parameter count must be 0..65535");
-  }
+  int n = param_count(L);
   if (!pc->conn || pc->op) return not_ready(L, pc);
   lua_settop(L, 3);
   params p;
@@ -1010,15 +1013,7 @@ static int l_send(lua_State *L) {
     sent = sent && add_cmd(pc, s, 0);
   }
   if (n > 0) params_free(&p);
-  if (!sent) {
-    char msg[ERRLEN];
-    snprintf(msg, sizeof msg, "pg: cannot send: %s", PQerrorMessage(pc->conn));
-    trim_message(msg);
-    conn_close(pc, msg);
-    lua_pushnil(L);
-    lua_pushstring(L, msg);
-    return 2;
-  }
+  if (!sent) return fail_closed(L, pc, "cannot send");
   lua_pushboolean(L, 1);
   return 1;
 }
@@ -1064,17 +1059,8 @@ static int l_sync(lua_State *L) {
   mg_check_yieldable(L, "pg sync");
   if (!pc->conn || pc->op) return not_ready(L, pc);
   if (!pc->nbatch) return luaL_error(L, "pg: sync without a statement sent");
-  if (!PQpipelineSync(pc->conn)) {
-    char msg[ERRLEN];
-    snprintf(msg, sizeof msg, "pg: cannot send: %s", PQerrorMessage(pc->conn));
-    trim_message(msg);
-    conn_close(pc, msg);
-    lua_pushnil(L);
-    lua_pushstring(L, msg);
-    return 2;
-  }
-  int r = start_op_for(L, pc, OP_BATCH, 1, NULL, 0);
-  return r;
+  if (!PQpipelineSync(pc->conn)) return fail_closed(L, pc, "cannot send");
+  return start_op_for(L, pc, OP_BATCH, 1, NULL, 0);
 }
 
 /* conn:ok() -> bool: usable for the next statement. Reads whatever the
