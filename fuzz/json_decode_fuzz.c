@@ -18,31 +18,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include <lauxlib.h>
-#include <lua.h>
-#include <lualib.h>
-
-int mg_open_json(lua_State *L);
+#include "json_harness.h"
 
 static lua_State *L;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc; (void)argv;
-  L = luaL_newstate();
-  luaL_openlibs(L);
-  if (luaL_dostring(L,
-        "package.path = 'runtime/lua/?.lua;' .. package.path\n"
-        "package.preload['cjson'] = function() error('no cjson in the harness') end\n") != LUA_OK)
-    abort();
-  mg_open_json(L);
-  lua_newtable(L);
-  lua_insert(L, -2);
-  lua_setfield(L, -2, "json");
-  lua_getglobal(L, "package");
-  lua_getfield(L, -1, "loaded");
-  lua_pushvalue(L, -3);
-  lua_setfield(L, -2, "moongraph.core");
-  lua_pop(L, 3);
+  L = json_harness_state();
   if (luaL_dostring(L,
         "local json = require 'moongraph.json'\n"
         "local C = require('moongraph.core').json.decode\n"

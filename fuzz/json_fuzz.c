@@ -12,6 +12,10 @@
 **   - when the Lua encoder writes it, C must write exactly the same bytes;
 **   - when the Lua encoder refuses it, C must refuse it too (return nil).
 **
+** The rest of the input builds a second value, copied with the first's copy
+** as the earlier one to reuse from (core.json.copy's prev): the result must
+** be what copying it alone gives.
+**
 ** Any difference aborts, which libFuzzer reports with the input. Run from
 ** the repository root (the harness loads runtime/lua/moongraph/json.lua).
 */
@@ -20,11 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <lauxlib.h>
-#include <lua.h>
-#include <lualib.h>
-
-int mg_open_json(lua_State *L);
+#include "json_harness.h"
 
 static lua_State *L;
 
@@ -91,29 +91,31 @@ static void build(rd_t *r, int depth, int parent) {
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc; (void)argv;
-  L = luaL_newstate();
-  luaL_openlibs(L);
-  if (luaL_dostring(L,
-        "package.path = 'runtime/lua/?.lua;' .. package.path\n"
-        "package.preload['cjson'] = function() error('no cjson in the harness') end\n") != LUA_OK)
-    abort();
-  /* package.loaded["moongraph.core"] = { json = <the C module> } */
-  mg_open_json(L);
-  lua_newtable(L);
-  lua_insert(L, -2);
-  lua_setfield(L, -2, "json");                 /* core = { json = module } */
-  lua_getglobal(L, "package");
-  lua_getfield(L, -1, "loaded");
-  lua_pushvalue(L, -3);
-  lua_setfield(L, -2, "moongraph.core");
-  lua_pop(L, 3);
+  L = json_harness_state();
   if (luaL_dostring(L,
         "local json = require 'moongraph.json'\n"
         "NULL = json.null\n"
         "EMPTY_ARRAY = function() return json.array() end\n"
         "ARRAY_MT = getmetatable(json.array())\n"
         "C_ENCODE = require('moongraph.core').json.encode\n"
-        "LUA_ENCODE = json.lua_encode\n") != LUA_OK) {
+        "LUA_ENCODE = json.lua_encode\n"
+        "local C_COPY = require('moongraph.core').json.copy\n"
+        "local function same(a, b)\n"
+        "  if type(a) ~= type(b) or math.type(a) ~= math.type(b) then return false end\n"
+        "  if type(a) ~= 'table' then return a == b end\n"
+        "  if getmetatable(a) ~= getmetatable(b) then return false end\n"
+        "  for k, x in pairs(a) do if not same(x, b[k]) then return false end end\n"
+        "  for k in pairs(b) do if a[k] == nil then return false end end\n"
+        "  return true\n"
+        "end\n"
+        "-- copy(v2, prev = copy(v1)) is what copy(v2) alone gives\n"
+        "COPY_CHECK = function(v1, v2)\n"
+        "  local ok1, prev = C_COPY(v1, NULL, ARRAY_MT)\n"
+        "  local ok2, alone = C_COPY(v2, NULL, ARRAY_MT)\n"
+        "  local ok3, reused = C_COPY(v2, NULL, ARRAY_MT, ok1 and prev or nil)\n"
+        "  if ok2 ~= ok3 then return false end\n"
+        "  return not ok2 or same(alone, reused)\n"
+        "end\n") != LUA_OK) {
     fprintf(stderr, "%s\n", lua_tostring(L, -1));
     abort();
   }
@@ -146,6 +148,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       abort();
     }
     lua_pop(L, 2);
+  }
+  /* the rest of the input builds a second value: copy it reusing the first's copy */
+  build(&r, 5, 0);
+  int v2 = lua_gettop(L);
+  lua_getglobal(L, "COPY_CHECK");
+  lua_pushvalue(L, v);
+  lua_pushvalue(L, v2);
+  if (lua_pcall(L, 2, 1, 0) != LUA_OK || !lua_toboolean(L, -1)) {
+    fprintf(stderr, "copy with an earlier copy differs from a copy alone\n");
+    abort();
   }
   lua_settop(L, top);
   lua_gc(L, LUA_GCSTEP, 0);

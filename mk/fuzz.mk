@@ -26,7 +26,7 @@ fuzz-sse: build/fuzz/sse_fuzz
 
 # The C JSON encoder against the Lua one (fuzz/json_fuzz.c), from the
 # repository root so that the harness finds runtime/lua.
-build/fuzz/json_fuzz: fuzz/json_fuzz.c runtime/json.c runtime/mg.h
+build/fuzz/json_fuzz: fuzz/json_fuzz.c fuzz/json_harness.h runtime/json.c runtime/mg.h
 	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang and libclang-rt-14-dev (apt-get install clang libclang-rt-14-dev)"; exit 1; }
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) fuzz/json_fuzz.c runtime/json.c -o $@ $(FUZZ_LIBS) -lm
@@ -40,7 +40,7 @@ fuzz-json: build/fuzz/json_fuzz
 
 # The C JSON decoder against the Lua one (fuzz/json_decode_fuzz.c), on
 # arbitrary bytes seeded with the encoder's corpus.
-build/fuzz/json_decode_fuzz: fuzz/json_decode_fuzz.c runtime/json.c runtime/mg.h
+build/fuzz/json_decode_fuzz: fuzz/json_decode_fuzz.c fuzz/json_harness.h runtime/json.c runtime/mg.h
 	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang and libclang-rt-14-dev (apt-get install clang libclang-rt-14-dev)"; exit 1; }
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) fuzz/json_decode_fuzz.c runtime/json.c -o $@ $(FUZZ_LIBS) -lm
