@@ -29,14 +29,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         "local json = require 'moongraph.json'\n"
         "local C = require('moongraph.core').json.decode\n"
         "local NULL, ARR = json.null, getmetatable(json.array())\n"
-        "local function same(a, b)\n"
-        "  if type(a) ~= type(b) or math.type(a) ~= math.type(b) then return false end\n"
-        "  if type(a) ~= 'table' then return a == b or (a ~= a and b ~= b) end\n"
-        "  if getmetatable(a) ~= getmetatable(b) then return false end\n"
-        "  for k, v in pairs(a) do if not same(v, b[k]) then return false end end\n"
-        "  for k in pairs(b) do if a[k] == nil then return false end end\n"
-        "  return true\n"
-        "end\n"
         "CHECK = function(text)\n"
         "  local got, gerr = C(text, NULL, ARR)\n"
         "  if text:find('\\\\u%x?%x?%x?[^%x]') then return true end\n"
@@ -45,7 +37,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         "  if want == nil then\n"
         "    return got == nil and gerr == werr, 'refusals differ: ' .. tostring(werr) .. ' vs ' .. tostring(gerr)\n"
         "  end\n"
-        "  return same(want, got), 'values differ'\n"
+        "  return SAME(want, got), 'values differ'\n"
         "end\n") != LUA_OK) {
     fprintf(stderr, "%s\n", lua_tostring(L, -1));
     abort();

@@ -100,21 +100,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         "C_ENCODE = require('moongraph.core').json.encode\n"
         "LUA_ENCODE = json.lua_encode\n"
         "local C_COPY = require('moongraph.core').json.copy\n"
-        "local function same(a, b)\n"
-        "  if type(a) ~= type(b) or math.type(a) ~= math.type(b) then return false end\n"
-        "  if type(a) ~= 'table' then return a == b end\n"
-        "  if getmetatable(a) ~= getmetatable(b) then return false end\n"
-        "  for k, x in pairs(a) do if not same(x, b[k]) then return false end end\n"
-        "  for k in pairs(b) do if a[k] == nil then return false end end\n"
-        "  return true\n"
-        "end\n"
         "-- copy(v2, prev = copy(v1)) is what copy(v2) alone gives\n"
         "COPY_CHECK = function(v1, v2)\n"
         "  local ok1, prev = C_COPY(v1, NULL, ARRAY_MT)\n"
         "  local ok2, alone = C_COPY(v2, NULL, ARRAY_MT)\n"
         "  local ok3, reused = C_COPY(v2, NULL, ARRAY_MT, ok1 and prev or nil)\n"
         "  if ok2 ~= ok3 then return false end\n"
-        "  return not ok2 or same(alone, reused)\n"
+        "  return not ok2 or SAME(alone, reused)\n"
         "end\n") != LUA_OK) {
     fprintf(stderr, "%s\n", lua_tostring(L, -1));
     abort();

@@ -3,6 +3,8 @@
 ** libraries, runtime/lua on the path (run from the repository root), no
 ** lua-cjson, and moongraph.core holding only the C JSON module, so that
 ** require "moongraph.json" pairs the C codec with the Lua one it is held to.
+** SAME(a, b): the two values equal down to integer and float subtypes,
+** metatables (the array marker) and keys.
 */
 #ifndef JSON_HARNESS_H
 #define JSON_HARNESS_H
@@ -20,7 +22,15 @@ static lua_State *json_harness_state(void) {
   luaL_openlibs(L);
   if (luaL_dostring(L,
         "package.path = 'runtime/lua/?.lua;' .. package.path\n"
-        "package.preload['cjson'] = function() error('no cjson in the harness') end\n") != LUA_OK)
+        "package.preload['cjson'] = function() error('no cjson in the harness') end\n"
+        "function SAME(a, b)\n"
+        "  if type(a) ~= type(b) or math.type(a) ~= math.type(b) then return false end\n"
+        "  if type(a) ~= 'table' then return a == b or (a ~= a and b ~= b) end\n"
+        "  if getmetatable(a) ~= getmetatable(b) then return false end\n"
+        "  for k, x in pairs(a) do if not SAME(x, b[k]) then return false end end\n"
+        "  for k in pairs(b) do if a[k] == nil then return false end end\n"
+        "  return true\n"
+        "end\n") != LUA_OK)
     abort();
   /* package.loaded["moongraph.core"] = { json = <the C module> } */
   mg_open_json(L);
