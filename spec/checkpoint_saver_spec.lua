@@ -15,29 +15,6 @@ local contract = require "saver_contract"
 contract("memory", function() return checkpoint.memory() end, _ENV)
 contract("file", function() return checkpoint.file(tmp.dir("saver")) end, _ENV)
 
-for _, kind in ipairs { "memory", "file" } do
-  describe(kind .. " saver writes", function()
-    it("refuses writes that are not {channel, value} pairs, and names an unsavable value", function()
-      mg.run(function()
-        local s = kind == "memory" and checkpoint.memory() or checkpoint.file(tmp.dir("saver"))
-        local c = assert(s:put({ thread_id = "t" }, cp("0001"), {}))
-        assert.has_error(function() s:put_writes(c, "1:a", { { "x", 1 }, { 2, "y" } }) end,
-          "bad argument #3 to 'put_writes': write 2 is not a {channel, value} pair")
-        assert.has_error(function() s:put_writes(c, "1:a", { "x" }) end,
-          "bad argument #3 to 'put_writes': write 1 is not a {channel, value} pair")
-        assert.has_error(function() s:put_writes(c, "1:a", "x") end,
-          "bad argument #3 to 'put_writes': list of {channel, value} expected, got string")
-        local ok, err = s:put_writes(c, "1:a", { { "x", print } })
-        assert.is_nil(ok)
-        assert.matches("write to 'x' by task 1:a is a function", err, 1, true)
-        -- a value only the codec takes (a metatable of its own) is saved as the codec saves it
-        assert(s:put_writes(c, "1:a", { { "x", setmetatable({ 1 }, { __index = {} }) } }))
-        assert.same({ { "1:a", "x", { 1 } } }, s:get({ thread_id = "t" }).pending_writes)
-      end)
-    end)
-  end)
-end
-
 local function read(path)
   local f = assert(io.open(path, "rb"))
   local text = f:read("a")

@@ -19,6 +19,24 @@ return function(name, make, env)
       return mg.run(function() return fn(make()) end)
     end
 
+    it("refuses writes that are not {channel, value} pairs, and names an unsavable value", function()
+      with_saver(function(s)
+        local c = assert(s:put({ thread_id = "t" }, cp("0001"), {}))
+        assert.has_error(function() s:put_writes(c, "1:a", { { "x", 1 }, { 2, "y" } }) end,
+          "bad argument #3 to 'put_writes': write 2 is not a {channel, value} pair")
+        assert.has_error(function() s:put_writes(c, "1:a", { "x" }) end,
+          "bad argument #3 to 'put_writes': write 1 is not a {channel, value} pair")
+        assert.has_error(function() s:put_writes(c, "1:a", "x") end,
+          "bad argument #3 to 'put_writes': list of {channel, value} expected, got string")
+        local ok, err = s:put_writes(c, "1:a", { { "x", print } })
+        assert.is_nil(ok)
+        assert.matches("write to 'x' by task 1:a is a function", err, 1, true)
+        -- a value only the codec takes (a metatable of its own) is saved as the codec saves it
+        assert(s:put_writes(c, "1:a", { { "x", setmetatable({ 1 }, { __index = {} }) } }))
+        assert.same({ { "1:a", "x", { 1 } } }, s:get({ thread_id = "t" }).pending_writes)
+      end)
+    end)
+
     it("put returns the new config and get returns the latest checkpoint", function()
       with_saver(function(s)
         local c1 = assert(s:put({ thread_id = "t" }, cp("0001", { n = 1 }), { source = "input" }))

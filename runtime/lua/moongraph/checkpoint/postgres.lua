@@ -379,7 +379,8 @@ local function add_put(self, b, cfg, checkpoint, metadata)
 end
 
 local function add_writes(b, cfg, task_id, writes)
-  local text, err = json.encode(writes, { name = "writes of task " .. task_id })
+  -- (raises on a write that is not a {channel, value} pair)
+  local text, err = common.encode_writes(task_id, writes)
   if not text then return nil, err end
   local ns = cfg.checkpoint_ns or ""
   rows_add(b.writes, ns .. "\0" .. cfg.checkpoint_id .. "\0" .. task_id,

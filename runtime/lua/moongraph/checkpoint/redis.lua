@@ -175,7 +175,8 @@ local function add_put(self, b, cfg, checkpoint, metadata)
 end
 
 local function add_writes(self, b, cfg, task_id, writes)
-  local enc_writes, err = json.encode(writes, { name = "writes of task " .. task_id })
+  -- (raises on a write that is not a {channel, value} pair)
+  local enc_writes, err = common.encode_writes(task_id, writes)
   if not enc_writes then return nil, err end
   local ns = cfg.checkpoint_ns or ""
   local key = ns_key(self, cfg.thread_id, ns) .. ":w:" .. cfg.checkpoint_id
