@@ -170,6 +170,29 @@ describe("api.langgraph_distributed driven directly, with workers running its ru
   after_each(function() if b then mg.run(function() b:close() end) end end)
   teardown(function() if env then env:destroy() end end)
 
+  it("a run its workers refuse (a script they lack) ends as error, and its thread is free again", function()
+    mg.run(function()
+      -- this backend offers a graph "other" that no worker runs
+      local b2 = assert(lgdist.new { redis = env.redis_url, pg = env.pg_url, checkpoint = env.checkpoint,
+        scripts = { { name = "agent", path = "spec/fixtures/lgapi_agent.lua" },
+                    { name = "other", path = "spec/fixtures/lgapi_agent.lua" } } })
+      local t = b2:thread_create(nil, {})
+      local run = assert(b2:run_create(nil, t.thread_id, { assistant_id = "other", input = input("hi") }))
+      local evs = drain(run)
+      assert.equal("error", evs[#evs].event)
+      assert.equal("error", status(run))
+      assert.matches("unknown script 'other'", b:run_output(run).__error__.message, 1, true)
+      assert.equal("idle", b:thread_get(nil, t.thread_id).status)
+      -- the thread takes its next run (of its graph), even with multitask reject
+      local again = assert(b2:run_create(nil, t.thread_id, { assistant_id = "other", input = input("two"),
+        multitask_strategy = "reject" }))
+      drain(again)
+      assert.equal("error", status(again))
+      assert.equal("idle", b:thread_get(nil, t.thread_id).status)
+      b2:close()
+    end)
+  end)
+
   it("reports a failed run as an error event, run status error and thread status error", function()
     mg.run(function()
       local t = b:thread_create(nil, {})

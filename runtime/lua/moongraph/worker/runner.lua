@@ -151,11 +151,32 @@ local function release_thread(js)
   pcall(l.release, l)
 end
 
-local function dead(W, entry, reason, job_id, js)
+-- A LangGraph run refused before it ran: its row says error and its thread
+-- is left as it was (busy only while another run of it is pending). A few
+-- tries: the job's events already tell join and wait, so a database that
+-- stays down costs only the row.
+local function refuse_run(W, log, j, reason)
+  local delay = 0.05
+  for _ = 1, 5 do
+    local ok, err = W.db:transaction(function(tx)
+      local r, rerr = lg.record(tx, j, { status = "error", error = { error = "JobRefused", message = reason } })
+      if not r then error(rerr, 0) end
+      return true
+    end)
+    if ok then return end
+    log:warn("marking the refused run failed; retrying", { error = tostring(err), retry_in = delay })
+    mg.sleep(delay)
+    delay = delay * 2
+  end
+end
+
+-- j: the job as normalized, when it got that far.
+local function dead(W, entry, reason, job_id, js, j)
   release_thread(js)
   local log = W.log:with { entry_id = entry.id, job_id = job_id }
   js.phase = "finishing"
   log:warn("job refused: dead-lettered", { reason = reason, deliveries = entry.deliveries })
+  if j and j.run then refuse_run(W, log, j, reason) end
   if job_id then
     local key = W.cfg.keys.events .. job_id
     persist(log, "error events", function()
@@ -546,7 +567,7 @@ function _M.run(W, entry, js)
   if not j then return dead(W, entry, "bad job: " .. reason, jid, js) end
   local script = W.scripts:get(j.script)
   if not script then
-    return dead(W, entry, "unknown script '" .. tostring(j.script) .. "'", j.job_id, js)
+    return dead(W, entry, "unknown script '" .. tostring(j.script) .. "'", j.job_id, js, j)
   end
   local hooks = script.hooks
   local log = W.log:with { job_id = j.job_id, entry_id = entry.id }
@@ -598,7 +619,7 @@ function _M.run(W, entry, js)
   end
   if (entry.deliveries or 1) > cfg.max_deliveries then
     return dead(W, entry, ("delivered %d times without finishing (max %d)")
-      :format(entry.deliveries, cfg.max_deliveries), j.job_id, js)
+      :format(entry.deliveries, cfg.max_deliveries), j.job_id, js, j)
   end
 
   -- the thread: one job of a conversation at a time (moongraph.multitask);
@@ -674,7 +695,7 @@ function _M.run(W, entry, js)
     if not tup and not built then
       local iok, b, ierr = pcall(build_input, script, j, env)
       if not iok then
-        return dead(W, entry, "the script refused the job: " .. first_line(b), j.job_id, js)
+        return dead(W, entry, "the script refused the job: " .. first_line(b), j.job_id, js, j)
       end
       if b == nil then return release(W, log, "input hook: " .. first_line(ierr)) end
       input, built = b, true
