@@ -9,8 +9,9 @@
 --   -> (Collected(runs) - Collected(copies)) / 200
 --
 -- NODE floor_weather (floor_location, floor_collection_point) runs the
--- stand-in of bench/pipeline.lua's engine floor instead: the node's request
--- and the decoding of its body, which the node's own cost is above.
+-- stand-in of bench/pipeline.lua's engine floor instead: the request the
+-- node makes (recorded from a pipeline run, as bench/pipeline_floor.lua
+-- does) and the decoding of its body, which the node's own cost is above.
 --
 -- With "lines", the Lua lines the node's runs execute are counted (a VM
 -- instruction hook) and the top 40 printed. With "calls", the functions
@@ -41,18 +42,22 @@ local function deep_copy(v)
   return setmetatable(out, getmetatable(v))
 end
 
-local floor_paths = { location = "/v2/local/search/keyword.json",
-  collection_point = "/v1/collection-points", weather = "/getVilageFcst" }
 local node
 if NODE == "intent" then
   node = intent_node.new { rules = routing.rules }
 elseif NODE:match("^floor_") then
-  -- bench/pipeline.lua's stand-in for a lookup node: its request, its body decoded
+  -- bench/pipeline.lua's stand-in for a lookup node: the request the node
+  -- made in a pipeline run (URL with its query, headers), its body decoded
   local name = NODE:sub(7)
-  local path = floor_paths[name] or error("no stand-in for " .. name, 0)
+  local floor = require "pipeline_floor"
+  if not floor.PATHS[name] then error("no stand-in for " .. name, 0) end
+  local request = floor.requests(function()
+    local s, err = chat.build():invoke(chat.input(MESSAGE, { location = LOCATION }), config())
+    if not s then error("run failed: " .. tostring(err), 0) end
+  end)[name]
   local http, adapter = require "moongraph.http", require "nodes.lib.adapter"
   node = { name = name, policy = "fail_open", run = function()
-    local body = adapter.decode(name, http.request { url = srv.url .. path, timeout = 5 })
+    local body = adapter.decode(name, http.request(request))
     return { contexts = { [name] = { ok = type(body) == "table", text = name } } }
   end }
   NODE = name

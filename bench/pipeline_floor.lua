@@ -18,7 +18,8 @@ local _M = {}
 _M.PATHS = { location = "/v2/local/search/keyword.json", collection_point = "/v1/collection-points",
              weather = "/getVilageFcst" }
 
--- the requests pipeline_run's nodes make, by node
+-- the requests pipeline_run's nodes make, by node:
+--   floor.requests(pipeline_run) -> { location = {url =, headers =, timeout =}, ... }
 local function record(pipeline_run)
   local requests = {}
   local real = http.request
@@ -40,6 +41,8 @@ local function record(pipeline_run)
   end
   return requests
 end
+
+_M.requests = record
 
 function _M.build(chat, pipeline_run, message, location)
   local requests = record(pipeline_run)
