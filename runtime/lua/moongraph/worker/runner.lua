@@ -151,23 +151,56 @@ local function release_thread(js)
   pcall(l.release, l)
 end
 
+-- Errors of an infrastructure that is away for a moment (a restart, a
+-- failover, a full pool): worth retrying in place.
+local TRANSIENT = {
+  "cannot connect", "connection lost", "connection closed", "connection refused",
+  "server closed the connection", "terminating connection", "the database system is",
+  "no connection free", "timeout after", "LOADING ", "TRYAGAIN", "MASTERDOWN", "READONLY ",
+}
+local function transient(err)
+  local s = tostring(err)
+  for i = 1, #TRANSIENT do
+    if s:find(TRANSIENT[i], 1, true) then return true end
+  end
+  return false
+end
+_M.transient = transient
+
+-- Attempts at a step whose error is not known to be transient (a
+-- checkpointer failing for another reason) before the job gives up.
+_M.OTHER_ATTEMPTS = 3
+
+-- Retry fn() -> v | nil, err in place while its error is transient (or,
+-- for `other` errors, up to OTHER_ATTEMPTS times), with backoff, until the
+-- job's deadline or the worker's drain: v | nil, err.
+local function retry(W, log, what, deadline, fn, other)
+  local delay, attempts = 0.05, 1
+  while true do
+    local v, err = fn()
+    if v ~= nil or err == nil then return v, err end
+    local again = transient(err) or (other and attempts < _M.OTHER_ATTEMPTS)
+    if not again or W.stopping or mg.now() + delay > deadline then return nil, err end
+    log:warn(what .. " failed; retrying", { error = first_line(err), retry_in = delay, attempt = attempts })
+    mg.sleep(delay)
+    delay = min(delay * 2, 2)
+    attempts = attempts + 1
+  end
+end
+
 -- A LangGraph run refused before it ran: its row says error and its thread
--- is left as it was (busy only while another run of it is pending). A few
--- tries: the job's events already tell join and wait, so a database that
--- stays down costs only the row.
+-- is left as it was (busy only while another run of it is pending). Tried
+-- for a moment only: the job's events already tell join and wait, so a
+-- database that stays down costs only the row.
 local function refuse_run(W, log, j, reason)
-  local delay = 0.05
-  for _ = 1, 5 do
-    local ok, err = W.db:transaction(function(tx)
+  local ok, err = retry(W, log, "marking the refused run", mg.now() + 2, function()
+    return W.db:transaction(function(tx)
       local r, rerr = lg.record(tx, j, { status = "error", error = { error = "JobRefused", message = reason } })
       if not r then error(rerr, 0) end
       return true
     end)
-    if ok then return end
-    log:warn("marking the refused run failed; retrying", { error = tostring(err), retry_in = delay })
-    mg.sleep(delay)
-    delay = delay * 2
-  end
+  end, true)
+  if not ok then log:warn("the refused run's row is left as it was", { error = first_line(err) }) end
 end
 
 -- j: the job as normalized, when it got that far.
@@ -200,6 +233,14 @@ local function release(W, log, why)
   log:warn("job left pending for a later attempt", { reason = why })
   W.metrics:inc("jobs_released")
   return "released"
+end
+
+-- This worker stalled past its thread's lease and a later job of the
+-- thread went ahead: nothing of this attempt is stored.
+local function overtaken(W, log, js, em)
+  js.lease = nil
+  mg.timeout(1, em.flush, em)
+  return release(W, log, "the thread's lease passed to a later job while this one ran (stalled worker)")
 end
 
 -- What the hooks of one delivery share: the worker's connections, a key
@@ -263,43 +304,6 @@ local function after_hook(log, what, fn, ...)
     if r == nil and err ~= nil then return nil, err end
     return true
   end)
-end
-
--- Errors of an infrastructure that is away for a moment (a restart, a
--- failover, a full pool): worth retrying in place.
-local TRANSIENT = {
-  "cannot connect", "connection lost", "connection closed", "connection refused",
-  "server closed the connection", "terminating connection", "the database system is",
-  "no connection free", "timeout after", "LOADING ", "TRYAGAIN", "MASTERDOWN", "READONLY ",
-}
-local function transient(err)
-  local s = tostring(err)
-  for i = 1, #TRANSIENT do
-    if s:find(TRANSIENT[i], 1, true) then return true end
-  end
-  return false
-end
-_M.transient = transient
-
--- Attempts at a step whose error is not known to be transient (a
--- checkpointer failing for another reason) before the job gives up.
-_M.OTHER_ATTEMPTS = 3
-
--- Retry fn() -> v | nil, err in place while its error is transient (or,
--- for `other` errors, up to OTHER_ATTEMPTS times), with backoff, until the
--- job's deadline or the worker's drain: v | nil, err.
-local function retry(W, log, what, deadline, fn, other)
-  local delay, attempts = 0.05, 1
-  while true do
-    local v, err = fn()
-    if v ~= nil or err == nil then return v, err end
-    local again = transient(err) or (other and attempts < _M.OTHER_ATTEMPTS)
-    if not again or W.stopping or mg.now() + delay > deadline then return nil, err end
-    log:warn(what .. " failed; retrying", { error = first_line(err), retry_in = delay, attempt = attempts })
-    mg.sleep(delay)
-    delay = min(delay * 2, 2)
-    attempts = attempts + 1
-  end
 end
 
 -- Run body() -> v in a child task for at most `limit` seconds: v | nil, err.
@@ -531,11 +535,7 @@ local function run_langgraph(W, entry, js, j, script, log, key, deadline, forced
     return nil, err
   end)
   js.phase = "finishing"
-  if fenced then
-    js.lease = nil
-    mg.timeout(1, em.flush, em)
-    return release(W, log, "the thread's lease passed to a later job while this one ran (stalled worker)")
-  end
+  if fenced then return overtaken(W, log, js, em) end
 
   -- 5. the Redis side
   release_thread(js)
@@ -815,13 +815,7 @@ function _M.run(W, entry, js)
     return nil, got
   end)
   js.phase = "finishing"
-  if fenced then
-    -- this worker stalled past its thread's lease and a later job of the
-    -- thread went ahead: nothing of this attempt is stored
-    js.lease = nil
-    mg.timeout(1, em.flush, em)
-    return release(W, log, "the thread's lease passed to a later job while this one ran (stalled worker)")
-  end
+  if fenced then return overtaken(W, log, js, em) end
 
   -- 5. the Redis side
   if row.inserted then
