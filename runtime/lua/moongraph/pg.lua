@@ -128,6 +128,12 @@ local function run_query(raw, sql, params)
   return raw:query(sql, params, params.n or #params)
 end
 
+-- A statement into the connection's batch (sent with its next sync).
+local function send_one(raw, sql, params)
+  if params == nil then return raw:send(sql) end
+  return raw:send(sql, params, params.n or #params)
+end
+
 local function check_sql(fname, sql, params)
   if type(sql) ~= "string" then
     error(format("bad argument #1 to '%s' (SQL string expected, got %s)", fname, type(sql)), 3)
@@ -155,9 +161,7 @@ end
 -- BEGIN): all go in one round trip, and the last one's results come back.
 local function run_in(raw, sql, params)
   if raw:pending() == 0 then return run_query(raw, sql, params) end
-  local ok, err
-  if params == nil then ok, err = raw:send(sql)
-  else ok, err = raw:send(sql, params, params.n or #params) end
+  local ok, err = send_one(raw, sql, params)
   if not ok then return nil, err end
   return raw:sync()
 end
@@ -175,8 +179,7 @@ end
 function Tx:send(sql, params)
   tx_check(self, "send")
   check_sql("send", sql, params)
-  if params == nil then return self.raw:send(sql) end
-  return self.raw:send(sql, params, params.n or #params)
+  return send_one(self.raw, sql, params)
 end
 
 function Tx:exec(sql)
