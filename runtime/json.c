@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "mg.h"
+#include "walk.h"
 
 #define MAX_DEPTH 200
 
@@ -130,16 +131,9 @@ static int encode_value(enc_t *e, int idx);
 /* The table at idx (absolute). 0, or -1 to hand the value to Lua. */
 static int encode_table(enc_t *e, int idx) {
   lua_State *L = e->L;
-  const void *me = lua_topointer(L, idx);
-  for (int i = 0; i < e->depth; i++)
-    if (e->path[i] == me) return -1;
-  if (e->depth >= MAX_DEPTH || !lua_checkstack(L, 8)) return -1;
-  int is_array_mt = 0;
-  if (lua_getmetatable(L, idx)) {
-    is_array_mt = lua_rawequal(L, -1, e->array_idx);
-    lua_pop(L, 1);
-    if (!is_array_mt) return -1;
-  }
+  int is_array_mt;
+  const void *me = mg_walk_enter(L, idx, e->path, e->depth, MAX_DEPTH, 8, e->array_idx, &is_array_mt);
+  if (!me) return -1;
   lua_Integer len = (lua_Integer)lua_rawlen(L, idx);
   size_t count = 0, nkeys = 0, cap = 0;
   key_t_ *keys = NULL;
@@ -351,19 +345,12 @@ static int prev_child(lua_State *L, int prev, int k) {
 ** equal to its counterpart there is that part of prev, not a new table. */
 static int copy_table(copy_t *c, int idx, int prev) {
   lua_State *L = c->L;
-  const void *me = lua_topointer(L, idx);
-  for (int i = 0; i < c->depth; i++)
-    if (c->path[i] == me) return -1;
-  if (c->depth >= MAX_DEPTH || !lua_checkstack(L, 10)) return -1;
+  int is_array_mt;
+  const void *me = mg_walk_enter(L, idx, c->path, c->depth, MAX_DEPTH, 10, c->array_idx, &is_array_mt);
+  if (!me) return -1;
   if (prev && lua_type(L, prev) == LUA_TTABLE && same_copy(c, idx, prev, c->depth)) {
     lua_pushvalue(L, prev);
     return 0;
-  }
-  int is_array_mt = 0;
-  if (lua_getmetatable(L, idx)) {
-    is_array_mt = lua_rawequal(L, -1, c->array_idx);
-    lua_pop(L, 1);
-    if (!is_array_mt) return -1;
   }
   /* the shape, as encode_table checks it: string keys only, or a list */
   lua_Integer len = (lua_Integer)lua_rawlen(L, idx);

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "mg.h"
+#include "walk.h"
 
 #define MAX_DEPTH 200
 #define STACK_BUF 2048
@@ -91,16 +92,9 @@ static int pack_value(pack_t *k, int idx);
 /* The table at idx (absolute): 0, or -1 when it cannot be packed. */
 static int pack_table(pack_t *k, int idx) {
   lua_State *L = k->L;
-  const void *me = lua_topointer(L, idx);
-  for (int i = 0; i < k->depth; i++)
-    if (k->path[i] == me) return -1;
-  if (k->depth >= MAX_DEPTH || !lua_checkstack(L, 8)) return -1;
-  int is_array_mt = 0;
-  if (lua_getmetatable(L, idx)) {
-    is_array_mt = lua_rawequal(L, -1, k->array_idx);
-    lua_pop(L, 1);
-    if (!is_array_mt) return -1;
-  }
+  int is_array_mt;
+  const void *me = mg_walk_enter(L, idx, k->path, k->depth, MAX_DEPTH, 8, k->array_idx, &is_array_mt);
+  if (!me) return -1;
   lua_Integer len = (lua_Integer)lua_rawlen(L, idx);
   k->path[k->depth++] = me;
   int rc = 0;
