@@ -24,9 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <lauxlib.h>
-#include <lua.h>
-#include <lualib.h>
+#include "check_harness.h"
 
 int mg_open_codepoints(lua_State *L);
 
@@ -81,13 +79,7 @@ static int check_ref = LUA_NOREF;
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
-  L = luaL_newstate();
-  luaL_openlibs(L);
-  if (luaL_loadbuffer(L, CHECK, sizeof CHECK - 1, "=check") != LUA_OK) {
-    fprintf(stderr, "%s\n", lua_tostring(L, -1));
-    abort();
-  }
-  check_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  L = check_harness_state(CHECK, sizeof CHECK - 1, &check_ref);
   luaL_requiref(L, "codepoints", mg_open_codepoints, 0);
   lua_setglobal(L, "CP");
   return 0;

@@ -12,9 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include <lauxlib.h>
-#include <lua.h>
-#include <lualib.h>
+#include "check_harness.h"
 
 int mg_open_pack(lua_State *L);
 
@@ -59,13 +57,7 @@ static const char CHECK[] =
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
-  L = luaL_newstate();
-  luaL_openlibs(L);
-  if (luaL_loadbuffer(L, CHECK, sizeof CHECK - 1, "=check") != LUA_OK) {
-    fprintf(stderr, "%s\n", lua_tostring(L, -1));
-    abort();
-  }
-  check_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+  L = check_harness_state(CHECK, sizeof CHECK - 1, &check_ref);
   luaL_requiref(L, "pack", mg_open_pack, 0);
   lua_setglobal(L, "PACK");
   return 0;

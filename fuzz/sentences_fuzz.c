@@ -14,9 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <lauxlib.h>
-#include <lua.h>
-#include <lualib.h>
+#include "check_harness.h"
 
 int mg_open_sentences(lua_State *L);
 
@@ -33,15 +31,12 @@ static int check_ref = LUA_NOREF, split_ref = LUA_NOREF, reference_ref = LUA_NOR
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc;
   (void)argv;
-  L = luaL_newstate();
-  luaL_openlibs(L);
-  if (luaL_loadbuffer(L, CHECK, sizeof CHECK - 1, "=check") != LUA_OK ||
-      luaL_dofile(L, "spec/support/sentences_reference.lua") != LUA_OK) {
+  L = check_harness_state(CHECK, sizeof CHECK - 1, &check_ref);
+  if (luaL_dofile(L, "spec/support/sentences_reference.lua") != LUA_OK) {
     fprintf(stderr, "%s\n", lua_tostring(L, -1));
     abort();
   }
   reference_ref = luaL_ref(L, LUA_REGISTRYINDEX);
-  check_ref = luaL_ref(L, LUA_REGISTRYINDEX);
   mg_open_sentences(L);
   lua_getfield(L, -1, "split");
   split_ref = luaL_ref(L, LUA_REGISTRYINDEX);

@@ -26,7 +26,7 @@ fuzz-sse: build/fuzz/sse_fuzz
 
 # The C JSON encoder against the Lua one (fuzz/json_fuzz.c), from the
 # repository root so that the harness finds runtime/lua.
-build/fuzz/json_fuzz: fuzz/json_fuzz.c fuzz/json_harness.h runtime/json.c runtime/mg.h
+build/fuzz/json_fuzz: fuzz/json_fuzz.c fuzz/json_harness.h runtime/json.c runtime/walk.h runtime/mg.h
 	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang and libclang-rt-14-dev (apt-get install clang libclang-rt-14-dev)"; exit 1; }
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) fuzz/json_fuzz.c runtime/json.c -o $@ $(FUZZ_LIBS) -lm
@@ -40,7 +40,7 @@ fuzz-json: build/fuzz/json_fuzz
 
 # The C JSON decoder against the Lua one (fuzz/json_decode_fuzz.c), on
 # arbitrary bytes seeded with the encoder's corpus.
-build/fuzz/json_decode_fuzz: fuzz/json_decode_fuzz.c fuzz/json_harness.h runtime/json.c runtime/mg.h
+build/fuzz/json_decode_fuzz: fuzz/json_decode_fuzz.c fuzz/json_harness.h runtime/json.c runtime/walk.h runtime/mg.h
 	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang and libclang-rt-14-dev (apt-get install clang libclang-rt-14-dev)"; exit 1; }
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) fuzz/json_decode_fuzz.c runtime/json.c -o $@ $(FUZZ_LIBS) -lm
@@ -73,7 +73,7 @@ fuzz-http1 fuzz-route fuzz-static: fuzz-%: build/fuzz/%_fuzz
 
 # The code-point scans of the Eco² nodes (fuzz/codepoints_fuzz.c): each
 # scan's promises checked on arbitrary bytes.
-build/fuzz/codepoints_fuzz: fuzz/codepoints_fuzz.c runtime/codepoints.c runtime/mg.h
+build/fuzz/codepoints_fuzz: fuzz/codepoints_fuzz.c fuzz/check_harness.h runtime/codepoints.c runtime/mg.h
 	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang and libclang-rt-14-dev (apt-get install clang libclang-rt-14-dev)"; exit 1; }
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) fuzz/codepoints_fuzz.c runtime/codepoints.c -o $@ $(FUZZ_LIBS)
@@ -88,7 +88,7 @@ fuzz-codepoints: build/fuzz/codepoints_fuzz
 
 # core.pack's reader (fuzz/pack_fuzz.c): damaged input is refused, and
 # what it reads packs and reads back the same.
-build/fuzz/pack_fuzz: fuzz/pack_fuzz.c runtime/pack.c runtime/mg.h
+build/fuzz/pack_fuzz: fuzz/pack_fuzz.c fuzz/check_harness.h runtime/pack.c runtime/walk.h runtime/mg.h
 	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang and libclang-rt-14-dev (apt-get install clang libclang-rt-14-dev)"; exit 1; }
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) fuzz/pack_fuzz.c runtime/pack.c -o $@ $(FUZZ_LIBS) -lm
@@ -103,7 +103,7 @@ fuzz-pack: build/fuzz/pack_fuzz
 # core.sentences.split (fuzz/sentences_fuzz.c) against the Lua patterns it
 # replaces, from the repository root (the harness loads
 # spec/support/sentences_reference.lua).
-build/fuzz/sentences_fuzz: fuzz/sentences_fuzz.c runtime/sentences.c runtime/mg.h
+build/fuzz/sentences_fuzz: fuzz/sentences_fuzz.c fuzz/check_harness.h runtime/sentences.c runtime/mg.h
 	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang and libclang-rt-14-dev (apt-get install clang libclang-rt-14-dev)"; exit 1; }
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) fuzz/sentences_fuzz.c runtime/sentences.c -o $@ $(FUZZ_LIBS)
