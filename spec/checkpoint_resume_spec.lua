@@ -441,6 +441,47 @@ describe("when async writes reach the saver", function()
     end)
   end)
 
+  it("on_first_save: called once, when the run hands the saver its first write; never when nothing reached it", function()
+    local function counting()
+      local n = 0
+      return function() n = n + 1 end, function() return n end
+    end
+    -- async, drop_unsaved, a run that never waits: everything dropped, no call
+    local app = linear(G.checkpoint.file(tmp.dir("first1")), { durability = "async" })
+    run(function()
+      local f, n = counting()
+      app:invoke({ count = 0 }, { thread_id = "t", drop_unsaved = true, on_first_save = f })
+      assert.equal(0, n())
+      assert.equal(0, #app:history { thread_id = "t" })
+    end)
+    -- a batch goes while a node waits: one call for all the writes
+    local g = G.new { items = R.append }
+    g:add_node("a", function() return { items = "a" } end)
+    g:add_node("wait", function() mg.sleep(0.05) return { items = "wait" } end)
+    g:add_edge(START, "a"):add_edge("a", "wait"):add_edge("wait", END)
+    local app2 = g:compile { checkpointer = G.checkpoint.file(tmp.dir("first2")), durability = "async" }
+    run(function()
+      local f, n = counting()
+      app2:invoke({}, { thread_id = "t", drop_unsaved = true, on_first_save = f })
+      assert.equal(1, n())
+      assert.is_true(#app2:history { thread_id = "t" } > 0)
+    end)
+    -- sync, and a saver called at once: the first write calls it, once
+    for _, saver in ipairs { G.checkpoint.file(tmp.dir("first3")), G.checkpoint.memory() } do
+      local app3 = linear(saver, { durability = "sync" })
+      run(function()
+        local f, n = counting()
+        app3:invoke({ count = 0 }, { thread_id = "t", on_first_save = f })
+        assert.equal(1, n())
+        assert.equal(4, #app3:history { thread_id = "t" })
+      end)
+    end
+    run(function()
+      assert.has_error(function() app:invoke({ count = 0 }, { thread_id = "y", on_first_save = true }) end,
+        "bad argument #2 to 'invoke': on_first_save must be a function")
+    end)
+  end)
+
   it("checkpoint_tuple: the run starts from the tuple given; false on a thread that has one conflicts", function()
     local s = G.checkpoint.file(tmp.dir("tuple"))
     local g = G.new { items = R.append }

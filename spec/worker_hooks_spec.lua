@@ -81,6 +81,37 @@ describe("moongraph worker with a script of its own", function()
     stop(w)
   end)
 
+  it("deletes a job's checkpoints with its result; a run that saved none leaves none", function()
+    local w = env:worker({ "--script", PLAIN })
+    mg.run(function()
+      w:wait_started()
+      local r, db = env:conns()
+      local c = assert(client.connect { redis = r })
+      local function rows(id)
+        local q = assert(db:query("SELECT count(*)::int AS n FROM moongraph_checkpoints WHERE thread_id = $1",
+          { "job:" .. id }))
+        return q[1].n
+      end
+      -- the run waits in its node: its first checkpoints are saved meanwhile
+      local id = assert(c:submit { thread_id = "cp-1", input = { text = "slow", wait = 1 } })
+      -- (the saver makes its tables with its first write)
+      wenv.eventually("a checkpoint of the running job", 10, function()
+        local ok, n = pcall(rows, id)
+        return ok and n > 0
+      end)
+      local _, done = events_of(c, id)
+      assert.equal("done", done.data.status)
+      assert.equal(0, rows(id))
+      -- a run that never waits: its writes are dropped, nothing is left
+      local id2 = assert(c:submit { thread_id = "cp-2", input = { text = "quick" } })
+      local _, done2 = events_of(c, id2)
+      assert.equal("done", done2.data.status)
+      assert.equal(0, rows(id2))
+      assert.equal("echo: slow", assert(results.get(db, id)).answer)
+    end)
+    stop(w)
+  end)
+
   it("runs a job in the earlier format (message and user_location at the top level)", function()
     local w = env:worker { "--script", PLAIN }
     mg.run(function()

@@ -97,7 +97,10 @@ local function new_run(app, cfg, parent, ns, sink, trace)
       if cfg.drop_unsaved ~= nil and type(cfg.drop_unsaved) ~= "boolean" then
         error("bad argument #2 to 'invoke': drop_unsaved must be a boolean", 0)
       end
-      run.writer = writer.new(saver, mode, run.thread_id, cfg.drop_unsaved)
+      if cfg.on_first_save ~= nil and type(cfg.on_first_save) ~= "function" then
+        error("bad argument #2 to 'invoke': on_first_save must be a function", 0)
+      end
+      run.writer = writer.new(saver, mode, run.thread_id, cfg.drop_unsaved, cfg.on_first_save)
     end
   end
   if run.writer and run.writer.mode == "exit" then run.exit = { writes = {} } end

@@ -19,13 +19,16 @@ yet issued when it ends are dropped instead of saved (async: the queue;
 exit: the final checkpoint); writes already on their way complete. For a
 caller that makes the run's outcome durable itself and then deletes the
 thread (the worker stores a job's result): a crash before that costs what a
-crash at the run's end would.
+crash at the run's end would. `on_save` (the run's cfg.on_first_save) is
+called once, when the first write is handed to the saver: a run that never
+called it left nothing in the saver, and such a caller has nothing to delete.
 
 A writer belongs to the root run and is shared by its subgraph runs. The
 first saver failure is kept in writer.err and ends the run; later writes
 are dropped.
 
-  writer.new(saver, mode) -> w       (w.reuse: the tables of a write may be
+  writer.new(saver, mode, thread_id, drop_unsaved, on_save) -> w
+                                     (w.reuse: the tables of a write may be
                                      reused once put returns)
   writer.put(run, op, cfg, a, b)     op "put" (checkpoint, metadata) or
                                      "put_writes" (task id, writes); what
@@ -67,9 +70,9 @@ local copy = require("moongraph.json").copy
 
 local _M = {}
 
-function _M.new(saver, mode, thread_id, drop_unsaved)
+function _M.new(saver, mode, thread_id, drop_unsaved, on_save)
   return { saver = saver, mode = mode, thread_id = thread_id, err = nil, q = nil, task = nil, limit = 1,
-           drop_unsaved = drop_unsaved or false, dropping = false,
+           drop_unsaved = drop_unsaved or false, dropping = false, on_save = on_save,
            -- the tables a write hands over are done with once put returns:
            -- the saver is called at once and keeps copies (keeps_copies)
            reuse = saver.yields == false and saver.keeps_copies == true and mode ~= "exit" }
@@ -105,7 +108,17 @@ local function failed(w, op, ok, r1, r2)
   w.err = "checkpointer " .. op .. " failed: " .. tostring(ok and r2 or r1)
 end
 
+-- a write is about to be handed to the saver: the first one calls on_save
+local function saving(w)
+  local f = w.on_save
+  if f then
+    w.on_save = nil
+    pcall(f)
+  end
+end
+
 local function saver_call_here(w, op, a, b, c)
+  saving(w)
   local ok, r1, r2 = pcall(w.saver[op], w.saver, a, b, c)
   if not ok or r1 == nil then failed(w, op, ok, r1, r2) end
 end
@@ -134,6 +147,7 @@ end
 local RETRY = { 0.05, 0.25, 1 }
 
 local function batch_call(w, list)
+  saving(w)
   for attempt = 1, #RETRY + 1 do
     local ok, r1, r2 = pcall(w.saver.put_batch, w.saver, list)  -- in the writer task
     if ok and r1 ~= nil then return end
@@ -267,6 +281,7 @@ function _M.put(run, op, a, b, c)
   if saver.yields == false and mode ~= "exit" then
     -- a saver whose calls never yield is done at once: a writer task
     -- would only add a queue and two task switches per write
+    saving(w)
     local ok, r1, r2 = pcall(saver[op], saver, a, b, c)
     if not ok or r1 == nil then failed(w, op, ok, r1, r2) end
     if ok then return r1 end
@@ -311,6 +326,7 @@ function _M.save_writes(run, task_id, writes)
   if w.reuse then
     -- put's path for a saver called at once, without the call
     if w.err then return end
+    saving(w)
     local saver = w.saver
     local ok, r1, r2 = pcall(saver.put_writes, saver, c, task_id, writes)
     if not ok or r1 == nil then failed(w, "put_writes", ok, r1, r2) end

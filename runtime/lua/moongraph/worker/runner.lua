@@ -670,6 +670,10 @@ function _M.run(W, entry, js)
     drop_unsaved = true,
     job_id = j.job_id, conversation_id = j.thread_id, user_id = j.user_id,
   }
+  -- whether the job's thread may hold checkpoints to delete: an earlier
+  -- attempt's, or this one's once its run hands the saver a write
+  local saved = not first
+  run_cfg.on_first_save = function() saved = true end
   local input, built = nil, false
   local state, rerr
   local delay, failures = 0.05, 0
@@ -779,9 +783,11 @@ function _M.run(W, entry, js)
   -- the job's checkpoints go with the result when they live in its database
   local saver = W.saver
   local cleanup = nil
-  if checkpointer.in_results_db(cfg.checkpoint) and type(saver.delete_thread_in) == "function" then
-    -- writes of a cancelled run still on their way land first
-    mg.checkpoint.settle(saver, thread)
+  -- writes of a cancelled run still on their way land first (and count in
+  -- `saved`)
+  mg.checkpoint.settle(saver, thread)
+  local in_db = checkpointer.in_results_db(cfg.checkpoint) and type(saver.delete_thread_in) == "function"
+  if saved and in_db then
     cleanup = function(tx) return saver:delete_thread_in(tx, thread) end
   end
   js.phase = "storing"
@@ -839,9 +845,10 @@ function _M.run(W, entry, js)
   if row.inserted and forced and forced.status == "interrupted" then outcome = "preempted" end
   W.metrics:inc("jobs_" .. outcome)
   W.metrics:observe("job", outcome, duration)
-  if not cleanup then
+  -- (a thread no write of the job reached holds nothing to delete)
+  if saved and not in_db then
     pcall(saver.delete_thread, saver, thread)
-  elseif (read_checkpoint or not first) and type(saver.uncache) == "function" then
+  elseif saved and (read_checkpoint or not first) and type(saver.uncache) == "function" then
     -- a read (here or in an earlier attempt) may have copied it to the cache
     pcall(saver.uncache, saver, thread)
   end
