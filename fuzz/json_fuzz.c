@@ -14,7 +14,8 @@
 **
 ** The rest of the input builds a second value, copied with the first's copy
 ** as the earlier one to reuse from (core.json.copy's prev): the result must
-** be what copying it alone gives.
+** be what copying it alone gives, holding prev's own table wherever it equals
+** prev's part at the same place, and none of prev's tables elsewhere.
 **
 ** Any difference aborts, which libFuzzer reports with the input. Run from
 ** the repository root (the harness loads runtime/lua/moongraph/json.lua).
@@ -100,13 +101,26 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         "C_ENCODE = require('moongraph.core').json.encode\n"
         "LUA_ENCODE = json.lua_encode\n"
         "local C_COPY = require('moongraph.core').json.copy\n"
+        "-- where the copy equals prev's part at the same place it is that\n"
+        "-- table of prev, and elsewhere it is none of prev's\n"
+        "local function is_table(x) return type(x) == 'table' and not rawequal(x, NULL) end\n"
+        "local function REUSE_OK(r, p, a)\n"
+        "  if not is_table(a) then return true end\n"
+        "  if is_table(p) and SAME(a, p) then return rawequal(r, p) end\n"
+        "  if rawequal(r, p) then return false end\n"
+        "  for k, x in pairs(a) do\n"
+        "    if not REUSE_OK(r[k], is_table(p) and p[k] or nil, x) then return false end\n"
+        "  end\n"
+        "  return true\n"
+        "end\n"
         "-- copy(v2, prev = copy(v1)) is what copy(v2) alone gives\n"
         "COPY_CHECK = function(v1, v2)\n"
         "  local ok1, prev = C_COPY(v1, NULL, ARRAY_MT)\n"
         "  local ok2, alone = C_COPY(v2, NULL, ARRAY_MT)\n"
         "  local ok3, reused = C_COPY(v2, NULL, ARRAY_MT, ok1 and prev or nil)\n"
         "  if ok2 ~= ok3 then return false end\n"
-        "  return not ok2 or SAME(alone, reused)\n"
+        "  if not ok2 then return true end\n"
+        "  return SAME(alone, reused) and (not ok1 or REUSE_OK(reused, prev, alone))\n"
         "end\n") != LUA_OK) {
     fprintf(stderr, "%s\n", lua_tostring(L, -1));
     abort();

@@ -268,69 +268,27 @@ typedef struct {
 
 static int copy_value(copy_t *c, int idx, int prev);
 
-/* Whether copy(value at s) would be equal to p, an earlier copy: the same
-** types down to integer and float, the same keys, the array marker on the
-** same empty tables. Allocates nothing. */
-static int same_copy(copy_t *c, int s, int p, int depth) {
-  lua_State *L = c->L;
-  int ts = lua_type(L, s);
-  if (ts != lua_type(L, p)) return 0;
-  switch (ts) {
-    case LUA_TSTRING:
-    case LUA_TBOOLEAN:
-      return lua_rawequal(L, s, p);
-    case LUA_TNUMBER:
-      return lua_isinteger(L, s) == lua_isinteger(L, p) && lua_rawequal(L, s, p);
-    case LUA_TTABLE:
-      break;
-    default:
-      return lua_rawequal(L, s, p) && lua_rawequal(L, s, c->null_idx);
-  }
-  if (lua_rawequal(L, s, c->null_idx) || lua_rawequal(L, p, c->null_idx)) return lua_rawequal(L, s, p);
-  if (depth >= MAX_DEPTH || !lua_checkstack(L, 6)) return 0;
-  int s_arr = 0, p_arr = 0;
-  if (lua_getmetatable(L, s)) {
-    s_arr = lua_rawequal(L, -1, c->array_idx);
-    lua_pop(L, 1);
-    if (!s_arr) return 0;
-  }
-  if (lua_getmetatable(L, p)) {
-    p_arr = lua_rawequal(L, -1, c->array_idx);
-    lua_pop(L, 1);
-    if (!p_arr) return 0;
-  }
-  size_t ns = 0, np = 0;
+/* Whether a copied part (at a) is prev's part (at b): the same table, or an
+** equal string, boolean or number of the same subtype. */
+static int same_part(lua_State *L, int a, int b) {
+  if (!lua_rawequal(L, a, b)) return 0;
+  return lua_type(L, a) != LUA_TNUMBER || lua_isinteger(L, a) == lua_isinteger(L, b);
+}
+
+static size_t count_keys(lua_State *L, int t) {
+  size_t n = 0;
   lua_pushnil(L);
-  while (lua_next(L, s)) {
-    ns++;
-    int kt = lua_type(L, -2);
-    if (kt != LUA_TSTRING && !(kt == LUA_TNUMBER && lua_isinteger(L, -2))) {
-      lua_pop(L, 2);
-      return 0;
-    }
-    lua_pushvalue(L, -2);
-    lua_rawget(L, p);
-    int top = lua_gettop(L);
-    int same = !lua_isnil(L, top) && same_copy(c, top - 1, top, depth + 1);
-    lua_pop(L, 2);
-    if (!same) {
-      lua_pop(L, 1);
-      return 0;
-    }
-  }
-  lua_pushnil(L);
-  while (lua_next(L, p)) {
-    np++;
+  while (lua_next(L, t)) {
+    n++;
     lua_pop(L, 1);
   }
-  if (np != ns) return 0;
-  return ns ? !p_arr : s_arr == p_arr;
+  return n;
 }
 
 /* prev[key], key at stack index k, pushed; returns its index, or 0 (and
 ** nothing pushed) when there is no earlier copy to reuse from. */
 static int prev_child(lua_State *L, int prev, int k) {
-  if (!prev || lua_type(L, prev) != LUA_TTABLE) return 0;
+  if (!prev) return 0;
   lua_pushvalue(L, k);
   lua_rawget(L, prev);
   if (lua_isnil(L, -1)) {
@@ -340,18 +298,33 @@ static int prev_child(lua_State *L, int prev, int k) {
   return lua_gettop(L);
 }
 
+/* Set out[key] = prev[key] for the keys of the table at idx that lua_next
+** gives before the key at stack index stop (0: all of them). */
+static void take_prev_parts(lua_State *L, int idx, int prev, int out, int stop) {
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    lua_pop(L, 1);
+    if (stop && lua_rawequal(L, -1, stop)) {
+      lua_pop(L, 1);
+      return;
+    }
+    lua_pushvalue(L, -1);
+    lua_pushvalue(L, -1);
+    lua_rawget(L, prev);
+    lua_rawset(L, out);
+  }
+}
+
 /* The copy of the table at idx (absolute) pushed: 0, or -1 (nothing pushed).
 ** prev (0: none) is an earlier copy of the same place: a part of the value
-** equal to its counterpart there is that part of prev, not a new table. */
+** equal to its counterpart there is that part of prev, not a new table, and
+** a table equal to prev is prev itself. One walk: the new table is made
+** only at the first part that differs (or when prev has other keys). */
 static int copy_table(copy_t *c, int idx, int prev) {
   lua_State *L = c->L;
   int is_array_mt;
-  const void *me = mg_walk_enter(L, idx, c->path, c->depth, MAX_DEPTH, 10, c->array_idx, &is_array_mt);
+  const void *me = mg_walk_enter(L, idx, c->path, c->depth, MAX_DEPTH, 12, c->array_idx, &is_array_mt);
   if (!me) return -1;
-  if (prev && lua_type(L, prev) == LUA_TTABLE && same_copy(c, idx, prev, c->depth)) {
-    lua_pushvalue(L, prev);
-    return 0;
-  }
   /* the shape, as encode_table checks it: string keys only, or a list */
   lua_Integer len = (lua_Integer)lua_rawlen(L, idx);
   size_t count = 0, nkeys = 0;
@@ -370,35 +343,63 @@ static int copy_table(copy_t *c, int idx, int prev) {
   }
   if (nkeys && nkeys != count) return -1;
   if (!nkeys && count && (lua_Integer)count != len) return -1;
-  c->path[c->depth++] = me;
-  int rc = 0;
-  if (nkeys) {
-    lua_createtable(L, 0, (int)nkeys);
-    int out = lua_gettop(L);
-    lua_pushnil(L);
-    while (rc == 0 && lua_next(L, idx)) {
-      int v = lua_gettop(L);
-      int pv = prev_child(L, prev, v - 1);
-      rc = copy_value(c, v, pv);
-      if (rc == 0) {
-        lua_pushvalue(L, v - 1);   /* key */
-        lua_insert(L, -2);
-        lua_rawset(L, out);
-      }
-      lua_settop(L, v - 1);        /* the key stays for lua_next */
+  /* prev, when it can be reused from: a table with no metatable but the
+  ** array marker (p_arr) */
+  int pl = 0, p_arr = 0;
+  if (prev && lua_type(L, prev) == LUA_TTABLE && !lua_rawequal(L, prev, c->null_idx)) {
+    pl = prev;
+    if (lua_getmetatable(L, pl)) {
+      p_arr = lua_rawequal(L, -1, c->array_idx);
+      lua_pop(L, 1);
+      if (!p_arr) pl = 0;
     }
-    if (rc < 0) lua_settop(L, out - 1);
-  } else if (count == 0) {
+  }
+  if (count == 0) {
+    if (pl && p_arr == is_array_mt && count_keys(L, pl) == 0) {
+      lua_pushvalue(L, pl);
+      return 0;
+    }
     lua_createtable(L, 0, 0);
     if (is_array_mt) {
       lua_pushvalue(L, c->array_idx);
       lua_setmetatable(L, -2);
     }
+    return 0;
+  }
+  int base = lua_gettop(L);
+  int out = 0;   /* the new table's index, once made */
+  if (!pl) {
+    lua_createtable(L, nkeys ? 0 : (int)len, (int)nkeys);
+    out = lua_gettop(L);
+  }
+  c->path[c->depth++] = me;
+  int rc = 0;
+  if (nkeys) {
+    lua_pushnil(L);
+    while (rc == 0 && lua_next(L, idx)) {
+      int k = lua_gettop(L) - 1;
+      int pv = prev_child(L, pl, k);
+      rc = copy_value(c, k + 1, pv);
+      if (rc < 0) break;
+      int cp = lua_gettop(L);
+      if (!out && !(pv && same_part(L, cp, pv))) {
+        /* the first part that differs: the new table, below the key,
+        ** with prev's parts for the keys before it */
+        lua_createtable(L, 0, (int)nkeys);
+        take_prev_parts(L, idx, pl, lua_gettop(L), k);
+        lua_insert(L, k);
+        out = k++;
+        cp++;
+      }
+      if (out) {
+        lua_pushvalue(L, k);
+        lua_pushvalue(L, cp);
+        lua_rawset(L, out);
+      }
+      lua_settop(L, k);   /* the key stays for lua_next */
+    }
   } else {
-    lua_createtable(L, (int)len, 0);
-    int out = lua_gettop(L);
-    int pl = prev && lua_type(L, prev) == LUA_TTABLE ? prev : 0;
-    for (lua_Integer i = 1; i <= len && rc == 0; i++) {
+    for (lua_Integer i = 1; i <= len; i++) {
       lua_rawgeti(L, idx, i);
       int v = lua_gettop(L);
       int pv = 0;
@@ -407,13 +408,48 @@ static int copy_table(copy_t *c, int idx, int prev) {
         else pv = lua_gettop(L);
       }
       rc = copy_value(c, v, pv);
-      if (rc == 0) lua_rawseti(L, out, i);
+      if (rc < 0) break;
+      int cp = lua_gettop(L);
+      if (!out && !(pv && same_part(L, cp, pv))) {
+        lua_createtable(L, (int)len, 0);
+        for (lua_Integer j = 1; j < i; j++) {
+          lua_rawgeti(L, pl, j);
+          lua_rawseti(L, -2, j);
+        }
+        lua_insert(L, v);
+        out = v++;
+        cp++;
+      }
+      if (out) {
+        lua_pushvalue(L, cp);
+        lua_rawseti(L, out, i);
+      }
       lua_settop(L, v - 1);
     }
-    if (rc < 0) lua_settop(L, out - 1);
   }
   c->depth--;
-  return rc;
+  if (rc < 0) {
+    lua_settop(L, base);
+    return -1;
+  }
+  if (!out) {
+    /* every part is prev's: prev itself, unless it has more */
+    if (!p_arr && count_keys(L, pl) == count) {
+      lua_pushvalue(L, pl);
+      return 0;
+    }
+    if (nkeys) {
+      lua_createtable(L, 0, (int)nkeys);
+      take_prev_parts(L, idx, pl, lua_gettop(L), 0);
+    } else {
+      lua_createtable(L, (int)len, 0);
+      for (lua_Integer j = 1; j <= len; j++) {
+        lua_rawgeti(L, pl, j);
+        lua_rawseti(L, -2, j);
+      }
+    }
+  }
+  return 0;
 }
 
 /* The copy of the value at idx (absolute) pushed: 0, or -1 (nothing pushed). */
