@@ -67,6 +67,9 @@ describe("Eco² conversation memory", function()
       local contents = {}
       for i, x in ipairs(m.messages) do contents[i] = x.role .. ":" .. x.content end
       assert.same({ "user:q2", "assistant:a2", "user:q3", "assistant:a3" }, contents)
+      assert.same({ role = "assistant", content = "a3", turn = 3, intent = "location" }, m.messages[4])
+      assert.same({ role = "user", content = "q2", turn = 2, intent = "waste" }, m.messages[1])
+      assert.equal("integer", math.type(m.messages[1].turn))
     end
     assert.equal("redis", out.l1.source)
     assert.equal("postgres", out.l2.source)

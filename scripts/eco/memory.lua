@@ -136,7 +136,8 @@ function Mem:load_l1(thread_id)
   local msgs = {}
   if type(list) == "table" and list[1] ~= false then
     for _, s in ipairs(list) do
-      local m = cjson.decode(s)
+      local ok, m = pcall(json.decode, s)
+      if not ok then m = nil end
       if type(m) == "table" then msgs[#msgs + 1] = m end
     end
   end
@@ -149,12 +150,18 @@ function Mem:load_l1(thread_id)
 end
 
 -- L2 only: m (source "postgres", or "new" for an unknown thread) | nil, err.
--- One read-only transaction: the conversation, its recent messages and
--- the user's profile as of one moment.
+-- One read-only transaction: the conversation with its recent messages (one
+-- statement) and the user's profile as of one moment.
+local LOAD = [[
+SELECT c.turn, c.last_intent, c.summary::text AS summary,
+  (SELECT json_agg(json_build_array(m.role, m.content, m.turn, m.intent) ORDER BY m.id)::text
+   FROM (SELECT id, role, content, turn, intent FROM messages WHERE thread_id = $1
+         ORDER BY id DESC LIMIT $2) AS m) AS recent
+FROM conversations c WHERE c.thread_id = $1]]
+
 function Mem:load_l2(thread_id, user_id)
   return self.db:transaction(function(tx)
-    local rows, err = tx:query([[
-SELECT turn, last_intent, summary::text AS summary FROM conversations WHERE thread_id = $1]], { thread_id })
+    local rows, err = tx:query(LOAD, { thread_id, self.recent })
     if not rows then error(err, 0) end
     local view
     view, err = self.store:with(tx)
@@ -168,15 +175,11 @@ SELECT turn, last_intent, summary::text AS summary FROM conversations WHERE thre
       turn = nz(r.turn) or 0, intent = nz(r.last_intent), location = p and p.last_location,
       summary = decode_json(nz(r.summary)), messages = {},
     }
-    if m.source == "postgres" and self.recent > 0 then
-      local msgs
-      msgs, err = tx:query([[
-SELECT role, content, turn, intent FROM messages WHERE thread_id = $1
-ORDER BY id DESC LIMIT $2]], { thread_id, self.recent })
-      if not msgs then error(err, 0) end
-      for i = #msgs, 1, -1 do
-        local x = msgs[i]
-        m.messages[#m.messages + 1] = { role = x.role, content = x.content, turn = x.turn, intent = nz(x.intent) }
+    local recent = decode_json(nz(r.recent))
+    if type(recent) == "table" then
+      for i = 1, #recent do
+        local x = recent[i]
+        m.messages[i] = { role = x[1], content = x[2], turn = x[3], intent = nz(x[4]) }
       end
     end
     return m
