@@ -476,6 +476,11 @@ function Pipeline:call(cmd, ...)
   return self
 end
 
+-- Command names, as written, that a pipeline takes whatever their arguments
+-- (none refused, blocking or XREAD): checked once (a bounded set: names are
+-- few, but a caller could pass any string)
+local pipelinable, pipelinable_n, PIPELINABLE_MAX = {}, 0, 256
+
 -- conn:pipeline(fn) or conn:pipeline({ {cmd, ...}, ... }) -> { reply, ... } | nil, err
 -- fn(p) queues commands with p:call(...); they are sent together when fn
 -- returns, so MULTI ... EXEC inside one pipeline is a transaction no other
@@ -496,12 +501,16 @@ function Conn:pipeline(fn)
         error(format("bad argument #1 to 'pipeline' (command %d is not a list)", i), 2)
       end
       local cmd = c[1]
-      if type(cmd) ~= "string" or cmd == "" then
-        error(format("bad argument #1 to 'call' (command name expected, got %s)", type(cmd)), 2)
-      end
-      local name = upper(cmd)
-      if refused[name] or blocking[name] or name == "XREAD" or name == "XREADGROUP" then
-        check_pipelined(name, 2, unpack(c, 2, #c))
+      if not pipelinable[cmd] then
+        if type(cmd) ~= "string" or cmd == "" then
+          error(format("bad argument #1 to 'call' (command name expected, got %s)", type(cmd)), 2)
+        end
+        local name = upper(cmd)
+        if refused[name] or blocking[name] or name == "XREAD" or name == "XREADGROUP" then
+          check_pipelined(name, 2, unpack(c, 2, #c))
+        elseif pipelinable_n < PIPELINABLE_MAX then
+          pipelinable[cmd], pipelinable_n = true, pipelinable_n + 1
+        end
       end
     end
     cmds = fn
