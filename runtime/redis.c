@@ -5,8 +5,10 @@
 ** runtime's libuv loop through a uv_poll handle the same way hiredis' own
 ** libuv adapter does it, except that the handle's lifetime is ours. Any
 ** number of commands may be in flight on one connection: hiredis keeps their
-** callbacks in send order, so concurrent tasks pipeline naturally. Arguments
-** always go through redisAsyncCommandArgv (binary safe, never formatted).
+** callbacks in send order, so concurrent tasks pipeline naturally. Commands
+** are written in the Redis protocol here (each argument as its length and
+** its bytes: binary safe, never printf-formatted) and handed to hiredis as
+** they are; subscriptions go through redisAsyncCommandArgv.
 **
 ** Replies are taken over from hiredis inside its callback (the tree is moved,
 ** not copied) and turned into Lua values by the waiting task. Pub/sub
@@ -504,6 +506,75 @@ static void argv_collect(lua_State *L, argv_buf *a, int first, int n,
   }
 }
 
+/* A command in the Redis protocol (RESP), formatted here rather than by
+** hiredis (whose sds formatting was most of a pipeline's cost): "*argc",
+** then "$len" and the bytes of each argument, each line ending in CRLF. */
+typedef struct resp_buf {
+  char *buf;
+  size_t len, cap;
+  char sbuf[1024];
+} resp_buf;
+
+static void resp_init(resp_buf *r) {
+  r->buf = r->sbuf;
+  r->len = 0;
+  r->cap = sizeof r->sbuf;
+}
+
+static void resp_free(resp_buf *r) {
+  if (r->buf != r->sbuf) free(r->buf);
+}
+
+/* room for `more` bytes: 0, or -1 (out of memory) */
+static int resp_room(resp_buf *r, size_t more) {
+  if (r->cap - r->len >= more) return 0;
+  size_t cap = r->cap * 2;
+  while (cap - r->len < more) cap *= 2;
+  char *b = r->buf == r->sbuf ? malloc(cap) : realloc(r->buf, cap);
+  if (!b) return -1;
+  if (r->buf == r->sbuf) memcpy(b, r->sbuf, r->len);
+  r->buf = b;
+  r->cap = cap;
+  return 0;
+}
+
+/* "<c><n>\r\n" (room already made: at most 24 bytes) */
+static void resp_line(resp_buf *r, char c, size_t n) {
+  char digits[20];
+  int d = 0;
+  do digits[d++] = (char)('0' + n % 10); while ((n /= 10) > 0);
+  char *p = r->buf + r->len;
+  *p++ = c;
+  while (d > 0) *p++ = digits[--d];
+  *p++ = '\r';
+  *p++ = '\n';
+  r->len = (size_t)(p - r->buf);
+}
+
+/* The command of argv_buf a, replacing what r held: 0, or -1 (out of memory) */
+static int resp_format(resp_buf *r, const argv_buf *a) {
+  size_t need = 24;
+  for (int i = 0; i < a->argc; i++) need += 24 + a->lens[i] + 2;
+  r->len = 0;
+  if (resp_room(r, need) != 0) return -1;
+  resp_line(r, '*', (size_t)a->argc);
+  for (int i = 0; i < a->argc; i++) {
+    resp_line(r, '$', a->lens[i]);
+    memcpy(r->buf + r->len, a->argv[i], a->lens[i]);
+    r->len += a->lens[i];
+    r->buf[r->len++] = '\r';
+    r->buf[r->len++] = '\n';
+  }
+  return 0;
+}
+
+/* Queue the command of a on the connection, its reply to on_reply(op):
+** 1, 0 (not accepted), or -1 (out of memory). */
+static int send_argv(redisAsyncContext *ac, resp_buf *r, const argv_buf *a, void *op) {
+  if (resp_format(r, a) != 0) return -1;
+  return redisAsyncFormattedCommand(ac, on_reply, op, r->buf, r->len) == REDIS_OK;
+}
+
 /* ---------------------------------------------------------------- connect */
 
 static rconn *check_conn(lua_State *L) {
@@ -669,14 +740,18 @@ static int l_call(lua_State *L) {
   argv_collect(L, &a, 2, n, "call", 1);
   rop *op = op_new(c, OP_CMD, 1);
   if (!op) { argv_free(&a); return luaL_error(L, "redis: out of memory"); }
-  if (redisAsyncCommandArgv(c->ac, on_reply, op, a.argc, a.argv, a.lens) != REDIS_OK) {
-    argv_free(&a);
+  resp_buf r;
+  resp_init(&r);
+  int sent = send_argv(c->ac, &r, &a, op);
+  resp_free(&r);
+  argv_free(&a);
+  if (sent <= 0) {
     op_unref(op);
+    if (sent < 0) return luaL_error(L, "redis: out of memory");
     lua_pushnil(L);
     lua_pushstring(L, "redis: command not accepted on this connection");
     return 2;
   }
-  argv_free(&a);
   op->expected = 1;
   op->refs++;                                /* hiredis */
   c->inflight++;
@@ -708,7 +783,9 @@ static int l_pipeline(lua_State *L) {
   if (!c->ac) return not_connected(L, c);
   rop *op = op_new(c, OP_PIPE, n);
   if (!op) return luaL_error(L, "redis: out of memory");
-  int sent = 0;
+  int sent = 0, nomem = 0;
+  resp_buf r;
+  resp_init(&r);
   for (int i = 1; i <= n; i++) {
     lua_rawgeti(L, 2, i);
     int t = lua_gettop(L);
@@ -717,15 +794,19 @@ static int l_pipeline(lua_State *L) {
     for (int j = 1; j <= argc; j++) lua_rawgeti(L, t, j);
     argv_buf a;
     argv_collect(L, &a, t + 1, argc, "pipeline", 1);
-    int ok = c->ac && redisAsyncCommandArgv(c->ac, on_reply, op, a.argc, a.argv, a.lens) == REDIS_OK;
+    int ok = c->ac ? send_argv(c->ac, &r, &a, op) : 0;
     argv_free(&a);
     lua_settop(L, t - 1);
-    if (!ok) break;
+    if (ok <= 0) {
+      nomem = ok < 0;
+      break;
+    }
     sent++;
     op->expected++;
     c->inflight++;
   }
-  if (sent < n) op_fail(op, "redis: pipeline not accepted on this connection");
+  resp_free(&r);
+  if (sent < n) op_fail(op, nomem ? "redis: out of memory" : "redis: pipeline not accepted on this connection");
   if (sent == 0) {
     return fail_op(L, op);
   }

@@ -56,6 +56,12 @@ describe("moongraph.redis", function()
         local big = string.rep("x\0", 512 * 1024)
         assert.equal("OK", r:call("SET", "big", big))
         assert.equal(big, r:call("GET", "big"))
+        -- the same through a pipeline, with small commands around the big one
+        local res = assert(r:pipeline {
+          { "SET", "p1", weird }, { "SET", "p2", big }, { "SET", "p3", 7 },
+          { "GET", "p1" }, { "GET", "p2" }, { "GET", "p3" },
+        })
+        assert.same({ "OK", "OK", "OK", weird, big, "7" }, res)
       end)
     end)
 
