@@ -167,6 +167,7 @@ describe("Chat API, distributed backend (serve --redis --pg + worker)", function
       assert.equal(0, #assert(db:query("SELECT 1 FROM chat_messages WHERE conversation_id = $1", { conv })))
       assert.equal(0, #assert(db:query("SELECT 1 FROM job_results WHERE thread_id = $1", { conv })))
       assert.equal(0, #assert(db:query("SELECT 1 FROM conversations WHERE thread_id = $1", { conv })))
+      assert.equal(0, #assert(db:query("SELECT 1 FROM messages WHERE thread_id = $1", { conv })))
     end)
   end)
 

@@ -114,6 +114,9 @@ describe("worker migrations", function()
       local again = assert(migrations.migrate(db, { { scope = "eco", list = memory.migrations } }))
       assert.same({}, again)
       local r = assert(db:query("SELECT count(*)::int AS n FROM messages WHERE thread_id = 'old-conv'"))
+      -- eco:3 took the messages' foreign key away, and kept the rows
+      local fk = assert(db:query("SELECT count(*)::int AS n FROM pg_constraint WHERE conrelid = 'messages'::regclass AND contype = 'f'"))
+      assert.equal(0, fk[1].n)
       -- a result stored before the upgrade reads back the same
       local old = assert(require("moongraph.worker.results").get(db, "old-j1"))
       assert.same({ intent = "waste", turn = 1 }, old.state)
@@ -127,9 +130,10 @@ describe("worker migrations", function()
     assert.same({ { scope = "worker", version = 3, name = "thread fences" },
                   { scope = "worker", version = 4, name = "job results keep the state's JSON text" },
                   { scope = "eco", version = 1, name = "conversation memory and user profiles" },
-                  { scope = "eco", version = 2, name = "user profiles in the Store" } }, applied)
+                  { scope = "eco", version = 2, name = "user profiles in the Store" },
+                  { scope = "eco", version = 3, name = "messages without a foreign key" } }, applied)
     assert.same({}, unknown)                 -- worker:2 is retired, not unknown
-    assert.same({ "eco:1", "eco:2", "worker:1", "worker:2", "worker:3", "worker:4" }, rec)
+    assert.same({ "eco:1", "eco:2", "eco:3", "worker:1", "worker:2", "worker:3", "worker:4" }, rec)
     assert.equal(2, rows)
     -- the old profile row, now in the Store
     assert.same({ last_location = "서울특별시 강남구", last_intent = "waste", intents = { waste = 1 }, turns = 1 }, prof)

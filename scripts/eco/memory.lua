@@ -89,6 +89,23 @@ CREATE TABLE IF NOT EXISTS user_profiles (
       return true
     end,
   },
+  {
+    -- a turn's messages go in with their conversation row, in one
+    -- transaction, and erase deletes both: the key check (a lock on the
+    -- conversation row per message) only made each turn's insert cost twice
+    version = 3,
+    name = "messages without a foreign key",
+    sql = [[
+DO $$
+DECLARE c record;
+BEGIN
+  FOR c IN SELECT conname FROM pg_constraint
+           WHERE conrelid = 'messages'::regclass AND contype = 'f' LOOP
+    EXECUTE format('ALTER TABLE messages DROP CONSTRAINT %I', c.conname);
+  END LOOP;
+END $$;
+]],
+  },
 }
 
 local function default_key(...)
@@ -233,10 +250,16 @@ function Mem:invalidate(thread_id)
   return self.redis:call("DEL", key, key .. ":recent")
 end
 
--- erase(thread_id): the conversation's memory gone from both tiers (its
--- messages go with it: ON DELETE CASCADE) -> true | nil, err
+-- erase(thread_id): the conversation's memory, its messages with it, gone
+-- from both tiers -> true | nil, err
 function Mem:erase(thread_id)
-  local ok, err = self.db:query("DELETE FROM conversations WHERE thread_id = $1", { thread_id })
+  local ok, err = self.db:transaction(function(tx)
+    local sent, serr = tx:send("DELETE FROM messages WHERE thread_id = $1", { thread_id })
+    if not sent then error(serr, 0) end
+    local r, qerr = tx:query("DELETE FROM conversations WHERE thread_id = $1", { thread_id })
+    if not r then error(qerr, 0) end
+    return true
+  end)
   if not ok then return nil, err end
   ok, err = self:invalidate(thread_id)
   if ok == nil and err ~= nil then return nil, err end
