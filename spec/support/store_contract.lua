@@ -678,6 +678,15 @@ return function(name, make, env)
           raises("bad argument #3 to 'put' %(value must be a table of fields", s.put, s, { "a" }, "k", "text")
           raises("bad argument #3 to 'put' %(value must be a table of fields, not a list", s.put, s, { "a" }, "k", { 1, 2 })
           raises("bad argument #3 to 'put' %(value.f ", s.put, s, { "a" }, "k", { f = print })
+          -- the path to what is wrong, however deep
+          raises("bad argument #3 to 'put' %(value.a.b%[2%] is not UTF%-8 text%)", s.put, s, { "a" }, "k",
+            { a = { b = { "ok", "\xff" } } })
+          raises("bad argument #3 to 'put' %(value.a mixes list items and string keys%)", s.put, s, { "a" }, "k",
+            { a = { 1, x = 2 } })
+          local loop = {}
+          loop.self = { loop }
+          raises("bad argument #3 to 'put' %(value.l.self%[1%] is a table that contains itself%)", s.put, s,
+            { "a" }, "k", { l = loop })
           raises("bad argument #4 to 'put' %(ttl must be a positive number", s.put, s, { "a" }, "k", {}, { ttl = -1 })
           raises("bad argument #4 to 'put' %(unknown option 'bogus'", s.put, s, { "a" }, "k", {}, { bogus = 1 })
           raises("bad argument #2 to 'search' %(unknown filter operator '%$regex'", s.search, s, {},

@@ -137,49 +137,56 @@ end
 
 -- A JSON value's private copy, checked on the way: strings of UTF-8, finite
 -- numbers, booleans, json.null, lists and tables of string keys, no cycles.
--- Returns the copy or nil, reason (with the path to what is wrong).
+-- copy_in(v, seen) -> the copy | nil, where, what: the path below v to what
+-- is wrong ("" for v itself, then ".key" and "[i]" steps) and why; the path
+-- is made only for a failure.
 local null, is_array, array = json.null, json.is_array, json.array
-local function copy_value(v, path, seen)
+local function copy_in(v, seen)
   local tv = type(v)
   if tv == "string" then
-    if not utf8_len(v) then return nil, path .. " is not UTF-8 text" end
+    if not utf8_len(v) then return nil, "", " is not UTF-8 text" end
     return v
   elseif tv == "number" then
-    if v ~= v or v == math.huge or v == -math.huge then return nil, path .. " is not a finite number" end
+    if v ~= v or v == math.huge or v == -math.huge then return nil, "", " is not a finite number" end
     return v
   elseif tv == "boolean" or v == null then
     return v
   elseif tv ~= "table" then
-    return nil, path .. " is a " .. tv .. ", which JSON cannot hold"
+    return nil, "", " is a " .. tv .. ", which JSON cannot hold"
   end
   local mt = getmetatable(v)
-  if mt ~= nil and not is_array(v) then return nil, path .. " is a table with a metatable" end
-  if seen[v] then return nil, path .. " is a table that contains itself" end
+  if mt ~= nil and not is_array(v) then return nil, "", " is a table with a metatable" end
+  if seen[v] then return nil, "", " is a table that contains itself" end
   seen[v] = true
-  local out, n, count = {}, #v, 0
+  local out, n = {}, #v
   local strings = false
   for k, x in pairs(v) do
-    count = count + 1
-    local sub
     if type(k) == "string" then
       strings = true
-      if not utf8_len(k) then return nil, path .. " has a key that is not UTF-8 text" end
-      sub = path .. "." .. k
-    elseif math_type(k) == "integer" and k >= 1 and k <= n then
-      sub = path .. "[" .. k .. "]"
-    else
-      return nil, path .. " has a key of type " .. type(k) .. "; only string keys or a list 1..n can be saved"
+      if not utf8_len(k) then return nil, "", " has a key that is not UTF-8 text" end
+    elseif not (math_type(k) == "integer" and k >= 1 and k <= n) then
+      return nil, "", " has a key of type " .. type(k) .. "; only string keys or a list 1..n can be saved"
     end
-    local c, err = copy_value(x, sub, seen)
-    if c == nil then return nil, err end
+    local c, where, what = copy_in(x, seen)
+    if c == nil then
+      return nil, (type(k) == "string" and "." .. k or "[" .. k .. "]") .. where, what
+    end
     out[k] = c
   end
   seen[v] = nil
   if strings and n > 0 then
-    return nil, path .. " mixes list items and string keys"
+    return nil, "", " mixes list items and string keys"
   end
   if mt ~= nil or (n > 0 and not strings) then array(out) end
   return out
+end
+
+-- copy_value(v, path, seen) -> the copy | nil, reason (naming the path to
+-- what is wrong, from `path`)
+local function copy_value(v, path, seen)
+  local c, where, what = copy_in(v, seen)
+  if c == nil then return nil, path .. where .. what end
+  return c
 end
 _M.copy_value = copy_value
 
