@@ -88,7 +88,7 @@ fuzz-codepoints: build/fuzz/codepoints_fuzz
 
 # core.pack's reader (fuzz/pack_fuzz.c): damaged input is refused, and
 # what it reads packs and reads back the same.
-build/fuzz/pack_fuzz: fuzz/pack_fuzz.c fuzz/check_harness.h runtime/pack.c runtime/walk.h runtime/mg.h
+build/fuzz/pack_fuzz: fuzz/pack_fuzz.c fuzz/check_harness.h runtime/pack.c runtime/buf.h runtime/walk.h runtime/mg.h
 	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang and libclang-rt-14-dev (apt-get install clang libclang-rt-14-dev)"; exit 1; }
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) fuzz/pack_fuzz.c runtime/pack.c -o $@ $(FUZZ_LIBS) -lm

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
 #include "mg.h"
 #include "walk.h"
 
@@ -40,19 +41,8 @@ typedef struct {
   char first[STACK_BUF];
 } pack_t;
 
-static int grow(pack_t *k, size_t more) {
-  size_t cap = k->cap * 2;
-  while (cap < k->len + more) cap *= 2;
-  char *p = k->p == k->first ? malloc(cap) : realloc(k->p, cap);
-  if (!p) return -1;
-  if (k->p == k->first) memcpy(p, k->first, k->len);
-  k->p = p;
-  k->cap = cap;
-  return 0;
-}
-
 static inline int room(pack_t *k, size_t n) {
-  return k->len + n <= k->cap ? 0 : grow(k, n);
+  return mg_buf_room(&k->p, &k->cap, k->len, k->first, n);
 }
 
 static inline int put_tag(pack_t *k, char tag) {
@@ -197,7 +187,7 @@ static int pack_range(lua_State *L, int first, int top, int null_idx, int array_
   int rc = 0;
   for (int i = first; i <= top && rc == 0; i++) rc = pack_value(k, i);
   if (rc == 0) lua_pushlstring(L, k->p, k->len);
-  if (k->p != k->first) free(k->p);
+  mg_buf_free(k->p, k->first);
   return rc;
 }
 

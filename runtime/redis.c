@@ -25,6 +25,7 @@
 #include <hiredis/hiredis.h>
 #include <hiredis/async.h>
 
+#include "buf.h"
 #include "mg.h"
 
 #define CONN_MT "moongraph.redis.conn"
@@ -522,20 +523,7 @@ static void resp_init(resp_buf *r) {
 }
 
 static void resp_free(resp_buf *r) {
-  if (r->buf != r->sbuf) free(r->buf);
-}
-
-/* room for `more` bytes: 0, or -1 (out of memory) */
-static int resp_room(resp_buf *r, size_t more) {
-  if (r->cap - r->len >= more) return 0;
-  size_t cap = r->cap * 2;
-  while (cap - r->len < more) cap *= 2;
-  char *b = r->buf == r->sbuf ? malloc(cap) : realloc(r->buf, cap);
-  if (!b) return -1;
-  if (r->buf == r->sbuf) memcpy(b, r->sbuf, r->len);
-  r->buf = b;
-  r->cap = cap;
-  return 0;
+  mg_buf_free(r->buf, r->sbuf);
 }
 
 /* "<c><n>\r\n" (room already made: at most 24 bytes) */
@@ -556,7 +544,7 @@ static int resp_format(resp_buf *r, const argv_buf *a) {
   size_t need = 24;
   for (int i = 0; i < a->argc; i++) need += 24 + a->lens[i] + 2;
   r->len = 0;
-  if (resp_room(r, need) != 0) return -1;
+  if (mg_buf_room(&r->buf, &r->cap, r->len, r->sbuf, need) != 0) return -1;
   resp_line(r, '*', (size_t)a->argc);
   for (int i = 0; i < a->argc; i++) {
     resp_line(r, '$', a->lens[i]);
