@@ -315,6 +315,14 @@ static void take_prev_parts(lua_State *L, int idx, int prev, int out, int stop) 
   }
 }
 
+/* Set t[j] = prev[j] for j in 1..upto, t on the top of the stack. */
+static void take_prev_items(lua_State *L, int prev, lua_Integer upto) {
+  for (lua_Integer j = 1; j <= upto; j++) {
+    lua_rawgeti(L, prev, j);
+    lua_rawseti(L, -2, j);
+  }
+}
+
 /* The copy of the table at idx (absolute) pushed: 0, or -1 (nothing pushed).
 ** prev (0: none) is an earlier copy of the same place: a part of the value
 ** equal to its counterpart there is that part of prev, not a new table, and
@@ -412,10 +420,7 @@ static int copy_table(copy_t *c, int idx, int prev) {
       int cp = lua_gettop(L);
       if (!out && !(pv && same_part(L, cp, pv))) {
         lua_createtable(L, (int)len, 0);
-        for (lua_Integer j = 1; j < i; j++) {
-          lua_rawgeti(L, pl, j);
-          lua_rawseti(L, -2, j);
-        }
+        take_prev_items(L, pl, i - 1);
         lua_insert(L, v);
         out = v++;
         cp++;
@@ -443,10 +448,7 @@ static int copy_table(copy_t *c, int idx, int prev) {
       take_prev_parts(L, idx, pl, lua_gettop(L), 0);
     } else {
       lua_createtable(L, (int)len, 0);
-      for (lua_Integer j = 1; j <= len; j++) {
-        lua_rawgeti(L, pl, j);
-        lua_rawseti(L, -2, j);
-      }
+      take_prev_items(L, pl, len);
     }
   }
   return 0;
