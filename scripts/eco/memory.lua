@@ -153,8 +153,7 @@ function Mem:load_l1(thread_id)
   local msgs = {}
   if type(list) == "table" and list[1] ~= false then
     for _, s in ipairs(list) do
-      local ok, m = pcall(json.decode, s)
-      if not ok then m = nil end
+      local m = decode_json(s)
       if type(m) == "table" then msgs[#msgs + 1] = m end
     end
   end
