@@ -72,6 +72,7 @@ enum { STMT_SEEN, STMT_READY, STMT_NEVER };
 typedef struct pgpoll {
   uv_poll_t h;
   pgconn *pc;               /* NULL once the connection let go of it */
+  int events;               /* what the handle watches for (0: stopped) */
 } pgpoll;
 
 /* A command of the batch in flight: a statement, or the prepare that
@@ -138,10 +139,6 @@ static void op_fail(pgop *op, const char *prefix, const char *msg) {
 
 static void poll_closed(uv_handle_t *h) { free(h->data); }
 
-static void unwatch(pgconn *pc) {
-  if (pc->poll) uv_poll_stop(&pc->poll->h);
-}
-
 static void drop_poll(pgconn *pc) {
   if (!pc->poll) return;
   pc->poll->pc = NULL;
@@ -153,7 +150,9 @@ static void drop_poll(pgconn *pc) {
 static void on_poll(uv_poll_t *h, int status, int events);
 
 /* Watch the connection's current socket for `events`. libpq may switch
-** sockets while connecting (another address, SSL retry): follow it. */
+** sockets while connecting (another address, SSL retry): follow it. The
+** handle is restarted only when what it watches changes: every
+** uv_poll_start costs the loop two epoll_ctl calls. */
 static int watch(pgconn *pc, int events) {
   int fd = PQsocket(pc->conn);
   if (fd < 0) return -1;
@@ -164,10 +163,30 @@ static int watch(pgconn *pc, int events) {
     if (uv_poll_init(mg_loop(), &p->h, fd) != 0) { free(p); return -1; }
     p->h.data = p;
     p->pc = pc;
+    p->events = 0;
     pc->poll = p;
     pc->fd = fd;
   }
+  uv_ref((uv_handle_t *)&pc->poll->h);
+  if (pc->poll->events == events) return 0;
+  pc->poll->events = events;
   return uv_poll_start(&pc->poll->h, events, on_poll);
+}
+
+/* Between operations an open connection stays watched for reading, without
+** keeping the loop alive: what the server sends meanwhile (a FATAL message,
+** the end of the connection on a restart) is read when it comes, and the
+** connection is closed then, so it need not be checked before its next use. */
+static void unwatch(pgconn *pc) {
+  if (!pc->conn || PQstatus(pc->conn) != CONNECTION_OK) {
+    drop_poll(pc);
+    return;
+  }
+  if (watch(pc, UV_READABLE) != 0) {
+    drop_poll(pc);
+    return;
+  }
+  uv_unref((uv_handle_t *)&pc->poll->h);
 }
 
 static void timer_closed(uv_handle_t *h) { free(h); }
@@ -360,10 +379,34 @@ broken:
   finish(pc);
 }
 
+/* The server sent something while no operation waited: read it. Results
+** are left to a batch being sent (they are its own); otherwise what came is
+** a notice or a FATAL message, and the end of the connection follows. */
+static int read_idle(pgconn *pc) {
+  PGconn *conn = pc->conn;
+  int ok = PQconsumeInput(conn) && PQstatus(conn) == CONNECTION_OK;
+  if (ok && !pc->nbatch) {
+    PGresult *r;
+    while (!PQisBusy(conn) && (r = PQgetResult(conn)) != NULL) PQclear(r);
+    ok = PQstatus(conn) == CONNECTION_OK;
+  }
+  if (!ok) {
+    char msg[ERRLEN];
+    snprintf(msg, sizeof msg, "pg: connection lost: %s", PQerrorMessage(conn));
+    trim_message(msg);
+    conn_close(pc, msg);
+  }
+  return ok;
+}
+
 static void on_poll(uv_poll_t *h, int status, int events) {
   pgpoll *p = h->data;
   pgconn *pc = p->pc;
-  if (!pc || !pc->op) return;
+  if (!pc || !pc->conn) return;
+  if (!pc->op) {
+    (void)read_idle(pc);
+    return;
+  }
   if (status < 0) events = UV_READABLE | UV_WRITABLE;  /* let libpq see the error */
   if (pc->op->kind == OP_CONNECT) drive_connect(pc);
   else drive_query(pc, events);
@@ -1063,32 +1106,24 @@ static int l_sync(lua_State *L) {
   return start_op_for(L, pc, OP_BATCH, 1, NULL, 0);
 }
 
-/* conn:ok() -> bool: usable for the next statement. Reads whatever the
-** server sent while the connection was idle, so a connection the server
-** closed (restart, admin shutdown) is noticed before anything is sent. */
+/* Has the loop waited for I/O in the last few milliseconds? Then the idle
+** watch has read what the server sent before that. */
+static int loop_polled_lately(void) {
+  return uv_hrtime() / 1000000 <= uv_now(mg_loop()) + 5;
+}
+
+/* conn:ok() -> bool: usable for the next statement. A connection the server
+** closed while it was idle (restart, admin shutdown) is noticed before
+** anything is sent: by the idle watch, or, when the loop has not polled
+** lately (the task ran a while without yielding), by reading now. */
 static int l_ok(lua_State *L) {
   pgconn *pc = check_conn(L);
   if (pc->conn && !pc->op && pc->nbatch)
     conn_close(pc, "pg: connection closed: a batch was left without its sync");
-  int ok = pc->conn != NULL && pc->op == NULL;
-  /* Twice: a server shutting down sends a FATAL message and then closes;
-  ** the first read takes the message, the second sees the end. */
-  for (int round = 0; ok && round < 2; round++) {
-    if (!PQconsumeInput(pc->conn) || PQstatus(pc->conn) != CONNECTION_OK) ok = 0;
-    else {
-      PGresult *r;
-      while (!PQisBusy(pc->conn) && (r = PQgetResult(pc->conn)) != NULL) PQclear(r);
-      ok = PQstatus(pc->conn) == CONNECTION_OK;
-    }
-  }
-  if (pc->conn && pc->op == NULL) {
-    if (!ok) {
-      char msg[ERRLEN];
-      snprintf(msg, sizeof msg, "pg: connection lost: %s", PQerrorMessage(pc->conn));
-      trim_message(msg);
-      conn_close(pc, msg);
-    }
-  }
+  int ok = pc->conn != NULL && pc->op == NULL && PQstatus(pc->conn) == CONNECTION_OK;
+  /* twice: a server shutting down sends a FATAL message and then closes;
+  ** the first read takes the message, the second sees the end */
+  if (ok && !loop_polled_lately()) ok = read_idle(pc) && read_idle(pc);
   lua_pushboolean(L, ok);
   return 1;
 }

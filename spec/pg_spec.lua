@@ -661,6 +661,25 @@ describe("moongraph.pg", function()
       end)
     end)
 
+    it("notices a connection the server closed while it was idle, without a statement", function()
+      run(function()
+        local db = connect()
+        local p = pg.pool(url, { size = 1 })
+        local pid = p:query("SELECT pg_backend_pid() AS pid")[1].pid
+        local victim = assert(require("moongraph.core").pg.connect(url))
+        local vpid = victim:query("SELECT pg_backend_pid() AS pid")[1].pid
+        assert(db:query("SELECT pg_terminate_backend($1::int), pg_terminate_backend($2::int)", { pid, vpid }))
+        -- the loop runs meanwhile: an idle connection reads the server's
+        -- goodbye when it comes and closes; the pool opens a new one
+        mg.sleep(0.2)
+        assert.is_false(victim:ok())
+        local rows, err = victim:query("SELECT 1")
+        assert.is_nil(rows)
+        assert.matches("connection lost", err)
+        assert.are_not.equal(pid, p:query("SELECT pg_backend_pid() AS pid")[1].pid)
+      end)
+    end)
+
     it("fails clearly while the server is down and recovers", function()
       run(function()
         local db = connect()
