@@ -170,14 +170,21 @@ describe("jobs of one thread", function()
       claimed, stored = results.claim(db, "fenced", "350", "on-time")
       assert.is_false(claimed)
       assert.equal("y", stored.answer)
-      -- a cleanup runs in the result's transaction, whether or not it inserted
-      local cleaned = 0
-      local function cleanup() cleaned = cleaned + 1 return true end
+      -- a cleanup's writes are committed whether or not the row went in;
+      -- a record's (also) only with the row
+      assert(db:exec("CREATE TABLE spec_marks (what text)"))
+      local function mark(what)
+        return function(tx) return tx:query("INSERT INTO spec_marks VALUES ($1)", { what }) end
+      end
       assert.is_true((results.commit(db, { job_id = "c1", thread_id = "fenced", status = "done", answer = "z" },
-        nil, { thread_id = "fenced", token = "400" }, cleanup)))
-      assert.is_false((results.commit(db, { job_id = "c1", thread_id = "fenced", status = "done", answer = "w" },
-        nil, { thread_id = "fenced", token = "400" }, cleanup)))
-      assert.equal(2, cleaned)
+        mark("record 1"), { thread_id = "fenced", token = "400" }, mark("cleanup 1"))))
+      local inserted, kept = results.commit(db, { job_id = "c1", thread_id = "fenced", status = "done", answer = "w" },
+        mark("record 2"), { thread_id = "fenced", token = "400" }, mark("cleanup 2"))
+      assert.is_false(inserted)
+      assert.equal("z", kept.answer)
+      local marks = {}
+      for _, m in ipairs(assert(db:query("SELECT what FROM spec_marks ORDER BY what"))) do marks[#marks + 1] = m.what end
+      assert.same({ "cleanup 1", "cleanup 2", "record 1" }, marks)
       local ok2, err2 = results.commit(db, { job_id = "c2", thread_id = "fenced", status = "done" },
         nil, nil, function() return nil, "cannot" end)
       assert.is_nil(ok2)

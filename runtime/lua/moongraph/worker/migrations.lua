@@ -95,6 +95,19 @@ EXCEPTION WHEN feature_not_supported OR syntax_error OR undefined_object THEN NU
 END $$;
 ]],
   },
+  {
+    -- the result insert raises its refusal, so that it can go with the
+    -- transaction's COMMIT (moongraph.worker.results)
+    version = 5,
+    name = "a refused job result rolls its transaction back",
+    sql = [[
+CREATE OR REPLACE FUNCTION moongraph_result_refused(reason text) RETURNS integer
+  LANGUAGE plpgsql AS $f$
+  BEGIN
+    RAISE EXCEPTION 'moongraph job result refused: %', reason;
+  END $f$;
+]],
+  },
 }
 
 -- The record table, and its upgrade from the time it had no scope column

@@ -6,12 +6,11 @@
 --   local inserted, row = results.commit(db, row, function(tx) ... end [, fence [, cleanup]])
 --
 -- commit inserts the row unless the job already has one (job_id is the
--- primary key), and only when it inserted runs `also(tx)` in the same
--- transaction (what the script's record hook writes), so a job delivered
+-- primary key); what `also(tx)` writes (the script's record hook) is
+-- committed in the same transaction, only with the row, so a job delivered
 -- twice stores one answer and records it once. It returns false and the
--- stored row when the job already had a result. `cleanup(tx)` runs in the
--- same transaction either way (the job's checkpoints, useless once a result
--- is stored, go with it).
+-- stored row when the job already had a result. `cleanup(tx)` runs either
+-- way (the job's checkpoints, useless once a result is stored, go with it).
 --
 -- Fences: a job runs holding its thread's lease (moongraph.multitask), whose
 -- token grows with each holder. The table thread_fences keeps, per thread,
@@ -98,8 +97,9 @@ VALUES ($1, $2, $3, $4, $5, $6, $7::json, $8, $9)
 ON CONFLICT (job_id) DO NOTHING
 RETURNING job_id]]
 
--- The fence claim and the insert in one statement: the row goes in only
--- when the claim does.
+-- The fence claim and the insert in one statement, refused (raised, so the
+-- transaction rolls back) unless the claim holds and the row goes in: it
+-- can then be sent with the COMMIT, after what the record hook wrote.
 local FENCED_INSERT = [[
 WITH f AS (
   INSERT INTO thread_fences (thread_id, token) VALUES ($10, $11::numeric)
@@ -113,12 +113,30 @@ WITH f AS (
   ON CONFLICT (job_id) DO NOTHING
   RETURNING job_id
 )
-SELECT (SELECT count(*) FROM f)::int AS fenced, (SELECT count(*) FROM i)::int AS inserted]]
+SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM f) THEN moongraph_result_refused('stale')
+  WHEN NOT EXISTS (SELECT 1 FROM i) THEN moongraph_result_refused('stored')
+  ELSE 1 END AS ok]]
+
+-- (the refusals as moongraph_result_refused, worker migration 5, raises them)
+local REFUSED_STALE = "moongraph job result refused: stale"
+local REFUSED_STORED = "moongraph job result refused: stored"
+
+local function stored_row(tx, job_id)
+  local old, err = tx:query(SELECT, { job_id })
+  if not old then error("job_results: " .. tostring(err), 0) end
+  return row_of(old[1])
+end
 
 -- commit(db, row, also [, fence [, cleanup]]) -> inserted, stored_row | nil, err
 -- row: job_id, thread_id, user_id, status ("done" | "failed" |
 -- "interrupted"), answer, error, state (a table; or state_text, its JSON),
 -- worker, deliveries.
+--
+-- With a fence the transaction is two round trips: what cleanup and also
+-- write, then the fenced insert with the COMMIT. Should the job have a
+-- result already (a race with another delivery), all of it rolls back and
+-- a second transaction runs cleanup and reads the stored row: also's
+-- writes are committed only with the row they go with.
 function _M.commit(db, row, also, fence, cleanup)
   local state_text = row.state_text
   if not state_text then
@@ -128,23 +146,36 @@ function _M.commit(db, row, also, fence, cleanup)
   end
   local values = { row.job_id, row.thread_id, arg(row.user_id), row.status or "done",
     arg(row.answer), arg(row.error), state_text, arg(row.worker), arg(row.deliveries) }
+  local function clean(tx)
+    if not cleanup then return end
+    local ok, cerr = cleanup(tx)
+    if not ok then error("cleanup: " .. tostring(cerr), 0) end
+  end
+  if fence then
+    values[10], values[11] = fence.thread_id, tostring(fence.token)
+    local ok, err = db:transaction(function(tx)
+      clean(tx)
+      if also then
+        local aok, aerr = also(tx)
+        if not aok then error(tostring(aerr), 0) end
+      end
+      local sent, serr = tx:send(FENCED_INSERT, values)
+      if not sent then error("job_results: " .. tostring(serr), 0) end
+      return true
+    end)
+    if ok then return true, row end
+    err = tostring(err)
+    if err:find(REFUSED_STALE, 1, true) then return nil, _M.STALE end
+    if not err:find(REFUSED_STORED, 1, true) then return nil, err end
+    return db:transaction(function(tx)
+      clean(tx)
+      return false, stored_row(tx, row.job_id)
+    end)
+  end
   return db:transaction(function(tx)
-    local rows, err
-    if fence then
-      values[10], values[11] = fence.thread_id, tostring(fence.token)
-      local r
-      r, err = tx:query(FENCED_INSERT, values)
-      if not r then error("job_results: " .. tostring(err), 0) end
-      if r[1].fenced == 0 then error(_M.STALE, 0) end
-      rows = r[1].inserted == 1 and { r[1] } or {}
-    else
-      rows, err = tx:query(INSERT, values)
-      if not rows then error("job_results: " .. tostring(err), 0) end
-    end
-    if cleanup then
-      local ok, cerr = cleanup(tx)
-      if not ok then error("cleanup: " .. tostring(cerr), 0) end
-    end
+    local rows, err = tx:query(INSERT, values)
+    if not rows then error("job_results: " .. tostring(err), 0) end
+    clean(tx)
     if rows[1] then
       if also then
         local ok, aerr = also(tx)
@@ -152,10 +183,7 @@ function _M.commit(db, row, also, fence, cleanup)
       end
       return true, row
     end
-    local old
-    old, err = tx:query(SELECT, { row.job_id })
-    if not old then error("job_results: " .. tostring(err), 0) end
-    return false, row_of(old[1])
+    return false, stored_row(tx, row.job_id)
   end)
 end
 
