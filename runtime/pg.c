@@ -27,6 +27,7 @@
 #include <string.h>
 #include <stdio.h>
 #include <math.h>
+#include <limits.h>
 #include "pq_api.h"
 
 #include "mg.h"
@@ -81,7 +82,14 @@ typedef struct pgcmd {
   pgstmt *stmt;
   int prepare;
   int index;                /* the statement's position in the batch, from 1 */
+  int ticket;               /* > 0: its rows are kept for conn:kept(ticket) */
 } pgcmd;
+
+/* The rows of a statement sent with keep, until conn:kept takes them. */
+typedef struct pgkept {
+  int ticket;
+  PGresult *res;
+} pgkept;
 
 struct pgconn {
   PGconn *conn;             /* NULL once closed */
@@ -93,6 +101,9 @@ struct pgconn {
   int nstmts;
   pgcmd *cmds;              /* the batch being sent (pipeline mode) */
   int ncmds, cmds_cap;
+  pgkept *kept;             /* rows kept for conn:kept */
+  int nkept, kept_cap;
+  int last_ticket;
   int nbatch;               /* statements sent in it */
 };
 
@@ -215,10 +226,30 @@ static void finish(pgconn *pc) {
   }
 }
 
+/* Let go of the rows kept for conn:kept. */
+static void drop_kept(pgconn *pc) {
+  for (int i = 0; i < pc->nkept; i++) PQclear(pc->kept[i].res);
+  pc->nkept = 0;
+}
+
+/* Keep r for conn:kept(ticket); 0 when out of memory (r is not taken). */
+static int keep_rows(pgconn *pc, int ticket, PGresult *r) {
+  if (pc->nkept == pc->kept_cap) {
+    int cap = pc->kept_cap ? pc->kept_cap * 2 : 4;
+    pgkept *k = realloc(pc->kept, sizeof *k * (size_t)cap);
+    if (!k) return 0;
+    pc->kept = k;
+    pc->kept_cap = cap;
+  }
+  pc->kept[pc->nkept++] = (pgkept){ ticket, r };
+  return 1;
+}
+
 /* Close the connection for good; `why` is what later calls report. */
 static void conn_close(pgconn *pc, const char *why) {
   if (!pc->err[0]) snprintf(pc->err, ERRLEN, "%s", why);
   drop_poll(pc);
+  drop_kept(pc);
   pc->ncmds = pc->nbatch = 0;
   if (pc->conn) {
     PQfinish(pc->conn);
@@ -344,6 +375,9 @@ static void drive_query(pgconn *pc, int events) {
         return;
       }
       if (st == PGRES_FATAL_ERROR && op->failed_cmd < 0) op->failed_cmd = op->cmd;
+      if ((st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) && op->cmd < pc->ncmds &&
+          pc->cmds[op->cmd].ticket && keep_rows(pc, pc->cmds[op->cmd].ticket, r))
+        continue;
       keep_result(op, r);
       continue;
     }
@@ -1014,19 +1048,22 @@ static int add_cmd(pgconn *pc, pgstmt *stmt, int prepare) {
     pc->cmds = c;
     pc->cmds_cap = cap;
   }
-  pc->cmds[pc->ncmds++] = (pgcmd){ stmt, prepare, pc->nbatch };
+  pc->cmds[pc->ncmds++] = (pgcmd){ stmt, prepare, pc->nbatch, 0 };
   return 1;
 }
 
-/* conn:send(sql [, params [, n]]) -> true | nil, err: the statement joins
-** the batch, sent to the server (without waiting) when libpq's buffer
-** allows; conn:sync() ends the batch and waits for its results. Anything
-** else on the connection before the sync abandons the batch (and closes
-** the connection: its state is no longer known). */
+/* conn:send(sql [, params [, n [, keep]]]) -> true | nil, err: the
+** statement joins the batch, sent to the server (without waiting) when
+** libpq's buffer allows; conn:sync() ends the batch and waits for its
+** results. Anything else on the connection before the sync abandons the
+** batch (and closes the connection: its state is no longer known). With
+** keep, its rows are kept for conn:kept(ticket), and a ticket is returned
+** instead of true. */
 static int l_send(lua_State *L) {
   pgconn *pc = check_conn(L);
   const char *sql = luaL_checkstring(L, 2);
   int n = param_count(L);
+  int keep = lua_toboolean(L, 5);
   if (!pc->conn || pc->op) return not_ready(L, pc);
   lua_settop(L, 3);
   params p;
@@ -1057,8 +1094,44 @@ static int l_send(lua_State *L) {
   }
   if (n > 0) params_free(&p);
   if (!sent) return fail_closed(L, pc, "cannot send");
-  lua_pushboolean(L, 1);
+  if (keep) {
+    int ticket = pc->last_ticket = pc->last_ticket == INT_MAX ? 1 : pc->last_ticket + 1;
+    pc->cmds[pc->ncmds - 1].ticket = ticket;
+    lua_pushinteger(L, ticket);
+  } else lua_pushboolean(L, 1);
   return 1;
+}
+
+/* conn:kept(ticket) -> rows, count | false (its batch is not synced yet)
+** | nil, err: the rows of a statement sent with keep (each taken once).
+** conn:kept() lets go of every kept row not taken. */
+static int l_kept(lua_State *L) {
+  pgconn *pc = check_conn(L);
+  if (lua_isnoneornil(L, 2)) {
+    drop_kept(pc);
+    return 0;
+  }
+  lua_Integer ticket = luaL_checkinteger(L, 2);
+  for (int i = 0; i < pc->nkept; i++) {
+    if (pc->kept[i].ticket != ticket) continue;
+    PGresult *r = pc->kept[i].res;
+    pc->kept[i] = pc->kept[--pc->nkept];
+    push_rows(L, r);
+    const char *t = PQcmdTuples(r);
+    if (t && t[0]) lua_pushinteger(L, (lua_Integer)strtoll(t, NULL, 10));
+    else lua_pushinteger(L, PQntuples(r));
+    PQclear(r);
+    return 2;
+  }
+  for (int i = 0; i < pc->ncmds; i++) {
+    if (pc->cmds[i].ticket == ticket) {
+      lua_pushboolean(L, 0);
+      return 1;
+    }
+  }
+  lua_pushnil(L);
+  lua_pushstring(L, "pg: no rows kept for that statement (it failed or did not run, or they were taken)");
+  return 2;
 }
 
 /* The batch's results: the last statement's rows and count, or the first
@@ -1182,6 +1255,10 @@ static int l_gc(lua_State *L) {
     free(pc->stmts);
     pc->stmts = NULL;
   }
+  drop_kept(pc);
+  free(pc->kept);
+  pc->kept = NULL;
+  pc->kept_cap = 0;
   free(pc->cmds);
   pc->cmds = NULL;
   pc->cmds_cap = 0;
@@ -1212,6 +1289,7 @@ static const luaL_Reg conn_methods[] = {
   { "query", l_query },
   { "exec", l_exec },
   { "send", l_send },
+  { "kept", l_kept },
   { "sync", l_sync },
   { "pending", l_pending },
   { "ok", l_ok },

@@ -321,6 +321,50 @@ describe("moongraph.pg", function()
       end)
     end)
 
+    it("tx:defer keeps a statement's rows: read with the next statement, in one round trip", function()
+      run(function()
+        local db, other = connect(), connect()
+        db:exec("CREATE TABLE ahead_d (n int); INSERT INTO ahead_d VALUES (1), (2); CREATE SEQUENCE ahead_d_seq")
+        local got = assert(db:transaction(function(tx)
+          local first = assert(tx:defer("SELECT n, nextval('ahead_d_seq') AS s FROM ahead_d ORDER BY n"))
+          local inserted = assert(tx:defer("INSERT INTO ahead_d VALUES ($1) RETURNING n", { 3 }))
+          local sent_early = seq_value(other, "ahead_d_seq").is_called
+          local count = assert(tx:query("SELECT count(*)::int AS c FROM ahead_d"))[1].c
+          -- a later batch leaves what was kept alone
+          assert(tx:send("INSERT INTO ahead_d VALUES (4)"))
+          local later = assert(tx:defer("SELECT max(n) AS m FROM ahead_d"))
+          local rows, n = first()
+          local ins, in_n = inserted()
+          local late = later()                -- not synced yet: result() does it
+          local again, err = first()          -- taken once
+          return { sent_early = sent_early, count = count, rows = rows, n = n, ins = ins, in_n = in_n,
+                   late = late, again = again, err = err }
+        end))
+        assert.is_false(got.sent_early)
+        assert.equal(3, got.count)
+        assert.same({ { n = 1, s = 1 }, { n = 2, s = 2 } }, got.rows)
+        assert.equal(2, got.n)
+        assert.same({ { n = 3 } }, got.ins)
+        assert.equal(1, got.in_n)
+        assert.same({ { m = 4 } }, got.late)
+        assert.is_nil(got.again)
+        assert.matches("no rows kept", got.err)
+        -- a deferred statement that fails fails the transaction
+        local seen
+        local ok, err = db:transaction(function(tx)
+          local bad = assert(tx:defer("SELECT 1 / (n - n) AS x FROM ahead_d"))
+          local rows, qerr = tx:query("SELECT 1 AS one")
+          seen = { rows = rows, qerr = qerr, bad = table.pack(bad()) }
+          return true
+        end)
+        assert.is_nil(ok)
+        assert.matches("transaction rolled back", err)
+        assert.is_nil(seen.rows)
+        assert.matches("division by zero", seen.qerr)
+        assert.is_nil(seen.bad[1])
+      end)
+    end)
+
     it("a failing statement sent ahead fails the next query with its position and rolls back", function()
       run(function()
         local db = connect()

@@ -5,6 +5,11 @@
 --   local rows, n = db:query("SELECT id, doc FROM t WHERE name = $1 AND size > $2", { name, 10 })
 --   db:exec("CREATE TABLE a (...); CREATE INDEX ...")       --> true | nil, err
 --   db:transaction(function(tx) tx:query(...); tx:send(...); tx:query(...) end)
+--   db:transaction(function(tx)           -- two reads in one round trip
+--     local first = tx:defer(sql1, params1)
+--     local rows2 = tx:query(sql2, params2)
+--     local rows1 = first()
+--   end)
 --   local pool = pg.pool(url, { size = 8 })                  -- same methods as db
 --
 -- Statements take $1..$n parameters only; values are never spliced into the
@@ -128,10 +133,11 @@ local function run_query(raw, sql, params)
   return raw:query(sql, params, params.n or #params)
 end
 
--- A statement into the connection's batch (sent with its next sync).
-local function send_one(raw, sql, params)
-  if params == nil then return raw:send(sql) end
-  return raw:send(sql, params, params.n or #params)
+-- A statement into the connection's batch (sent with its next sync);
+-- with keep, its rows are kept and its position returned.
+local function send_one(raw, sql, params, keep)
+  if params == nil then return raw:send(sql, nil, nil, keep) end
+  return raw:send(sql, params, params.n or #params, keep)
 end
 
 local function check_sql(fname, sql, params)
@@ -182,6 +188,28 @@ function Tx:send(sql, params)
   return send_one(self.raw, sql, params)
 end
 
+-- tx:defer(sql [, params]) -> result | nil, err: a statement sent as with
+-- tx:send, whose rows are kept: result() -> rows, count | nil, err, once
+-- the transaction's next statement has run (result() runs the round trip
+-- itself when none has). A failure fails that statement and the
+-- transaction, as with tx:send; result() then returns nil, err.
+function Tx:defer(sql, params)
+  tx_check(self, "defer")
+  check_sql("defer", sql, params)
+  local raw = self.raw
+  local ticket, err = send_one(raw, sql, params, true)
+  if not ticket then return nil, err end
+  return function()
+    local rows, n = raw:kept(ticket)
+    if rows == false then
+      local ok, serr = raw:sync()
+      if not ok and serr ~= nil then return nil, serr end
+      rows, n = raw:kept(ticket)
+    end
+    return rows, n
+  end
+end
+
 function Tx:exec(sql)
   tx_check(self, "exec")
   check_sql("exec", sql)
@@ -224,11 +252,14 @@ local function run_tx(raw, fn, depth)
     ok, err = run_in(raw, sp and ("RELEASE SAVEPOINT " .. sp) or "COMMIT")
     if not ok then
       undo(raw, sp)
+      if not sp then raw:kept() end
       return nil, err
     end
+    if not sp then raw:kept() end   -- rows of tx:defer nobody took
     return unpack(res, 2, res.n)
   end
   undo(raw, sp)
+  if not sp then raw:kept() end
   return nil, res[2]
 end
 
