@@ -166,8 +166,8 @@ function Mem:load_l1(thread_id)
 end
 
 -- L2 only: m (source "postgres", or "new" for an unknown thread) | nil, err.
--- One read-only transaction: the conversation with its recent messages (one
--- statement) and the user's profile as of one moment.
+-- One transaction: the conversation with its recent messages (one
+-- statement) and the user's profile.
 local LOAD = [[
 SELECT c.turn, c.last_intent, c.summary::text AS summary,
   (SELECT json_agg(json_build_array(m.role, m.content, m.turn, m.intent) ORDER BY m.id)::text
@@ -177,14 +177,18 @@ FROM conversations c WHERE c.thread_id = $1]]
 
 function Mem:load_l2(thread_id, user_id)
   return self.db:transaction(function(tx)
-    local rows, err = tx:query(LOAD, { thread_id, self.recent })
-    if not rows then error(err, 0) end
+    -- (the conversation's read goes with the profile's: one round trip)
+    local conversation, err = tx:defer(LOAD, { thread_id, self.recent })
+    if not conversation then error(err, 0) end
     local view
     view, err = self.store:with(tx)
     if not view then error(err, 0) end
     local p
     p, err = profile.get(view, user_id)
     if err then error(err, 0) end
+    local rows
+    rows, err = conversation()
+    if not rows then error(err, 0) end
     local r = rows[1] or {}
     local m = {
       source = nz(r.turn) and "postgres" or "new",
