@@ -39,8 +39,12 @@ typedef struct rmsg rmsg;
 /* The event-library side of one context; freed in the poll close callback. */
 typedef struct revents {
   uv_poll_t poll;
+  uv_prepare_t flush;       /* writes what was queued, before the loop polls */
   redisAsyncContext *ac;    /* NULL once hiredis cleaned up */
-  int events;
+  int events;               /* what hiredis asked to hear about */
+  int watching;             /* what the poll handle watches */
+  int writing;              /* inside hiredis' write */
+  int handles;              /* of poll and flush, not closed yet */
 } revents;
 
 struct rmsg {
@@ -217,29 +221,68 @@ static int op_start_timer(rop *op, double sec) {
 
 /* ---------------------------------------------------------------- events */
 
-static void ev_closed(uv_handle_t *h) { free(h->data); }
+static void ev_closed(uv_handle_t *h) {
+  revents *e = h->data;
+  if (--e->handles == 0) free(e);
+}
+
+static void ev_write(revents *e) {
+  e->writing = 1;
+  redisAsyncHandleWrite(e->ac);
+  e->writing = 0;
+}
 
 static void ev_poll(uv_poll_t *h, int status, int events) {
   revents *e = h->data;
   if (status < 0) events = UV_READABLE;   /* let hiredis read the error */
   if (e->ac && (events & UV_READABLE)) redisAsyncHandleRead(e->ac);
-  if (e->ac && (events & UV_WRITABLE)) redisAsyncHandleWrite(e->ac);
+  if (e->ac && (events & UV_WRITABLE)) ev_write(e);
 }
 
+/* The poll handle is restarted only when what it watches changes: every
+** uv_poll_start costs the loop two epoll_ctl calls, and hiredis asks for
+** reading after every write and for writing with every command. */
 static void ev_update(revents *e) {
+  if (e->events == e->watching) return;
+  e->watching = e->events;
   if (e->events) uv_poll_start(&e->poll, e->events, ev_poll);
   else uv_poll_stop(&e->poll);
 }
 
+static void ev_flush(uv_prepare_t *h) {
+  revents *e = h->data;
+  uv_prepare_stop(h);
+  if (e->ac) ev_write(e);
+}
+
 static void ev_add_read(void *p) { revents *e = p; e->events |= UV_READABLE; ev_update(e); }
 static void ev_del_read(void *p) { revents *e = p; e->events &= ~UV_READABLE; ev_update(e); }
-static void ev_add_write(void *p) { revents *e = p; e->events |= UV_WRITABLE; ev_update(e); }
-static void ev_del_write(void *p) { revents *e = p; e->events &= ~UV_WRITABLE; ev_update(e); }
+
+/* Commands are written just before the loop next polls, all those queued
+** meanwhile in one write; the socket is watched for writing only while
+** connecting, or when it took less than was written (full). */
+static void ev_add_write(void *p) {
+  revents *e = p;
+  if (!e->writing && (e->ac->c.flags & REDIS_CONNECTED)) {
+    uv_prepare_start(&e->flush, ev_flush);
+    return;
+  }
+  e->events |= UV_WRITABLE;
+  ev_update(e);
+}
+
+static void ev_del_write(void *p) {
+  revents *e = p;
+  uv_prepare_stop(&e->flush);
+  e->events &= ~UV_WRITABLE;
+  ev_update(e);
+}
 
 static void ev_cleanup(void *p) {
   revents *e = p;
   e->ac = NULL;
   uv_close((uv_handle_t *)&e->poll, ev_closed);
+  uv_close((uv_handle_t *)&e->flush, ev_closed);
 }
 
 static int ev_attach(redisAsyncContext *ac) {
@@ -249,7 +292,10 @@ static int ev_attach(redisAsyncContext *ac) {
     free(e);
     return -1;
   }
+  uv_prepare_init(mg_loop(), &e->flush);
+  e->handles = 2;
   e->poll.data = e;
+  e->flush.data = e;
   e->ac = ac;
   ac->ev.data = e;
   ac->ev.addRead = ev_add_read;
