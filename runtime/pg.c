@@ -189,11 +189,7 @@ static int watch(pgconn *pc, int events) {
 ** the end of the connection on a restart) is read when it comes, and the
 ** connection is closed then, so it need not be checked before its next use. */
 static void unwatch(pgconn *pc) {
-  if (!pc->conn || PQstatus(pc->conn) != CONNECTION_OK) {
-    drop_poll(pc);
-    return;
-  }
-  if (watch(pc, UV_READABLE) != 0) {
+  if (!pc->conn || PQstatus(pc->conn) != CONNECTION_OK || watch(pc, UV_READABLE) != 0) {
     drop_poll(pc);
     return;
   }
@@ -773,6 +769,14 @@ static void push_rows(lua_State *L, PGresult *r) {
   lua_settop(L, rows);
 }
 
+/* A result's rows and count: the affected or returned row count. */
+static void push_rows_count(lua_State *L, PGresult *r) {
+  push_rows(L, r);
+  const char *t = PQcmdTuples(r);
+  if (t && t[0]) lua_pushinteger(L, (lua_Integer)strtoll(t, NULL, 10));
+  else lua_pushinteger(L, PQntuples(r));
+}
+
 static int push_error(lua_State *L, PGresult *r) {
   const char *primary = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
   const char *severity = PQresultErrorField(r, PG_DIAG_SEVERITY);
@@ -817,10 +821,7 @@ static int query_done(lua_State *L, int status, lua_KContext ctx) {
           lua_pushboolean(L, 1);
           n = 1;
         } else {
-          push_rows(L, r);
-          const char *t = PQcmdTuples(r);
-          if (t && t[0]) lua_pushinteger(L, (lua_Integer)strtoll(t, NULL, 10));
-          else lua_pushinteger(L, PQntuples(r));
+          push_rows_count(L, r);
           n = 2;
         }
         break;
@@ -1116,10 +1117,7 @@ static int l_kept(lua_State *L) {
     if (pc->kept[i].ticket != ticket) continue;
     PGresult *r = pc->kept[i].res;
     pc->kept[i] = pc->kept[--pc->nkept];
-    push_rows(L, r);
-    const char *t = PQcmdTuples(r);
-    if (t && t[0]) lua_pushinteger(L, (lua_Integer)strtoll(t, NULL, 10));
-    else lua_pushinteger(L, PQntuples(r));
+    push_rows_count(L, r);
     PQclear(r);
     return 2;
   }

@@ -252,14 +252,11 @@ local function run_tx(raw, fn, depth)
     ok, err = run_in(raw, sp and ("RELEASE SAVEPOINT " .. sp) or "COMMIT")
     if not ok then
       undo(raw, sp)
-      if not sp then raw:kept() end
       return nil, err
     end
-    if not sp then raw:kept() end   -- rows of tx:defer nobody took
     return unpack(res, 2, res.n)
   end
   undo(raw, sp)
-  if not sp then raw:kept() end
   return nil, res[2]
 end
 
@@ -301,6 +298,7 @@ local function take(self)
   end
   local guard = setmetatable({}, { __close = function()
     local raw = slot.raw
+    if raw then raw:kept() end   -- rows of tx:defer nobody took
     if raw and raw:tx_status() ~= "idle" then
       raw:close()
       slot.raw = nil
