@@ -122,9 +122,9 @@ local REFUSED_STALE = "moongraph job result refused: stale"
 local REFUSED_STORED = "moongraph job result refused: stored"
 
 local function stored_row(tx, job_id)
-  local old, err = tx:query(SELECT, { job_id })
+  local old, err = _M.get(tx, job_id)
   if not old then error("job_results: " .. tostring(err), 0) end
-  return row_of(old[1])
+  return old
 end
 
 -- commit(db, row, also [, fence [, cleanup]]) -> inserted, stored_row | nil, err
@@ -151,14 +151,16 @@ function _M.commit(db, row, also, fence, cleanup)
     local ok, cerr = cleanup(tx)
     if not ok then error("cleanup: " .. tostring(cerr), 0) end
   end
+  local function record(tx)
+    if not also then return end
+    local ok, aerr = also(tx)
+    if not ok then error(tostring(aerr), 0) end
+  end
   if fence then
     values[10], values[11] = fence.thread_id, tostring(fence.token)
     local ok, err = db:transaction(function(tx)
       clean(tx)
-      if also then
-        local aok, aerr = also(tx)
-        if not aok then error(tostring(aerr), 0) end
-      end
+      record(tx)
       local sent, serr = tx:send(FENCED_INSERT, values)
       if not sent then error("job_results: " .. tostring(serr), 0) end
       return true
@@ -177,10 +179,7 @@ function _M.commit(db, row, also, fence, cleanup)
     if not rows then error("job_results: " .. tostring(err), 0) end
     clean(tx)
     if rows[1] then
-      if also then
-        local ok, aerr = also(tx)
-        if not ok then error(tostring(aerr), 0) end
-      end
+      record(tx)
       return true, row
     end
     return false, stored_row(tx, row.job_id)
