@@ -224,9 +224,12 @@ local ACQUIRE = [[
 local run, strategy, ttl, from = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-for _, r in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
-  redis.call('ZREM', KEYS[2], r)
-  redis.call('ZREM', KEYS[3], r)
+-- waiters whose worker stopped renewing them leave the queue
+local function purge()
+  for _, r in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', now)) do
+    redis.call('ZREM', KEYS[2], r)
+    redis.call('ZREM', KEYS[3], r)
+  end
 end
 local function join(front)
   if not redis.call('ZSCORE', KEYS[2], run) then
@@ -244,14 +247,18 @@ local function join(front)
   redis.call('PEXPIRE', KEYS[2], 2 * ttl)
   redis.call('PEXPIRE', KEYS[3], 2 * ttl)
 end
+-- the common case, a free thread nobody waits for, makes no queue calls
+local queued = true
 local holder = redis.call('HGET', KEYS[1], 'run')
 if holder == run then
+  purge()
   local by = redis.call('HGET', KEYS[1], 'preempt_by')
   if by then
     return { 'preempted', by, redis.call('HGET', KEYS[1], 'preempt_mode'),
              redis.call('HGET', KEYS[1], 'from') or '' }
   end
 elseif holder then
+  purge()
   if strategy == 'reject' then return { 'busy', holder } end
   local front = strategy ~= 'enqueue'
   join(front)
@@ -261,6 +268,12 @@ elseif holder then
   return { 'wait', holder }
 else
   local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  if head then
+    purge()
+    head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  else
+    queued = false
+  end
   if head and head ~= run then
     if strategy == 'reject' then return { 'busy', head } end
     join(strategy ~= 'enqueue')
@@ -268,13 +281,16 @@ else
     if head ~= run then return { 'wait', head } end
   end
 end
-redis.call('ZREM', KEYS[2], run)
-redis.call('ZREM', KEYS[3], run)
+if queued then
+  redis.call('ZREM', KEYS[2], run)
+  redis.call('ZREM', KEYS[3], run)
+end
 local last = tonumber(redis.call('GET', KEYS[4]) or '0')
 local token = math.max(last + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
 local text = string.format('%.0f', token)
 redis.call('SET', KEYS[4], text)
-redis.call('DEL', KEYS[1])
+-- a lease hash holds run, token and from (and preempt_* only while held):
+-- no holder means no hash, and this run's own is overwritten whole
 redis.call('HSET', KEYS[1], 'run', run, 'token', text, 'from', from)
 redis.call('PEXPIRE', KEYS[1], ttl)
 return { 'ok', text }
