@@ -56,6 +56,8 @@ function _M.emitter(redis, key, opts)
   local self = setmetatable({
     redis = redis, key = key,
     maxlen = opts.maxlen or 10000,
+    -- as every XADD sends it (a number would be formatted each time)
+    maxlen_arg = tostring(opts.maxlen or 10000),
     running_ttl = opts.running_ttl or 86400,
     log = opts.log, metrics = opts.metrics, any_type = opts.any_type,
     items = {}, head = 1, tail = 0,
@@ -107,16 +109,29 @@ function Emitter:open()
   return true
 end
 
+-- an id is "<ms>-<seq>"; formatting numbers costs more than the rest of
+-- an event, so the "<ms>-" part is made once per millisecond and small
+-- sequence numbers are taken from a table
+local SEQ = {}
+for i = 0, 255 do SEQ[i] = tostring(i) end
+
 function Emitter:next_id()
   local ms = self.base_ms + floor((mg.now() - self.base_mono) * 1000)
+  local seq
   if ms <= self.last_ms then
     ms = self.last_ms
-    self.last_seq = self.last_seq + 1
+    seq = self.last_seq + 1
   else
     self.last_ms = ms
-    self.last_seq = 0
+    seq = 0
   end
-  return format("%d-%d", ms, self.last_seq)
+  self.last_seq = seq
+  local prefix = self.id_prefix
+  if self.id_ms ~= ms then
+    prefix = format("%d-", ms)
+    self.id_prefix, self.id_ms = prefix, ms
+  end
+  return prefix .. (SEQ[seq] or tostring(seq))
 end
 
 local function already_there(e)
@@ -153,7 +168,7 @@ function Emitter:run()
       for i = self.head, last do
         local it = items[i]
         if not it[3] then it[3] = self:next_id() end
-        cmds[#cmds + 1] = { "XADD", self.key, "MAXLEN", "~", self.maxlen, it[3], "type", it[1], "data", it[2] }
+        cmds[#cmds + 1] = { "XADD", self.key, "MAXLEN", "~", self.maxlen_arg, it[3], "type", it[1], "data", it[2] }
       end
       -- the stream's expiry is set with the first batch (and again after
       -- a failed one); finish sets the final one
