@@ -50,7 +50,11 @@ static size_t class_of(size_t n) { return (n - 1) / ALIGN; }
 static void *small_alloc(mg_alloc *a, size_t c) {
   freeblock *b = a->free[c];
   if (b) {
-    a->free[c] = b->next;
+    freeblock *next = b->next;
+    a->free[c] = next;
+    /* the next block of this class was freed long ago, its line cold:
+    ** fetched now, it is in cache when the next allocation takes it */
+    if (next) __builtin_prefetch(next, 1);
     return b;
   }
   size_t size = (c + 1) * ALIGN;
