@@ -106,10 +106,12 @@ describe("jobs of one thread", function()
     { "rollback", "rolled_back", "rolled back: job %s of the same thread asked for multitask_strategy rollback" },
   } do
     local strategy, status, reason = case[1], case[2], case[3]
-    it(strategy .. ": the running job of the thread stops (stored as " .. status .. ") and the new one runs", function()
-      -- two workers: the new job waits on one while the old one runs on the other
-      local a = env:worker { "--script", STEPS, "--concurrency", "1", "--claim-idle", "3" }
-      local b = env:worker { "--script", STEPS, "--concurrency", "1", "--claim-idle", "3" }
+    it(strategy .. ": the running job of the thread stops at once (stored as " .. status .. ") and the new one runs", function()
+      -- two workers: the new job waits on one while the old one runs on the
+      -- other; leases are renewed every 10 s (claim-idle 30), and the old
+      -- job hears of the new one's request without waiting for that
+      local a = env:worker { "--script", STEPS, "--concurrency", "1" }
+      local b = env:worker { "--script", STEPS, "--concurrency", "1" }
       mg.run(function()
         a:wait_started()
         b:wait_started()
@@ -119,8 +121,11 @@ describe("jobs of one thread", function()
         wait_node_start(c, old, "slow")
         local new = assert(c:submit { thread_id = "pre-" .. strategy, multitask_strategy = strategy,
                                       input = { message = "new" } })
+        local asked = mg.now()
         local ev_old, done_old = events_of(c, old)
         assert.equal(status, done_old.data.status)
+        local took = mg.now() - asked
+        assert.is_true(took < 3, ("the old job took %.1f s to stop"):format(took))
         local err_ev
         for _, e in ipairs(ev_old) do if e.type == "error" then err_ev = e end end
         assert.equal(reason:format(new), assert(err_ev).data.error)

@@ -14,8 +14,8 @@ its strategy:
   rollback   ask the running one to stop and undo it, then run
 
 Interrupting and rolling back are cooperative: the holder learns of it from
-lease:check() (or at once, through on_preempt, in the same process) and
-stops; what "undo" means belongs to whoever owns the state (run() below
+lease:check(), or at once through on_preempt (Redis: the run that asks
+publishes it, and the coordinator's subscription passes it on) and stops; what "undo" means belongs to whoever owns the state (run() below
 forks the thread from the checkpoint the rolled-back run started from).
 
   local multitask = require "moongraph.multitask"
@@ -27,7 +27,7 @@ forks the thread from the checkpoint the rolled-back run started from).
     run_id = "r1",          -- default: a fresh id
     strategy = "enqueue",   -- enqueue | reject | interrupt | rollback
     timeout = 60,           -- seconds to wait for the thread (enqueue etc.); nil: forever
-    on_preempt = fn,        -- fn(info) when another run interrupts this one (memory: at once)
+    on_preempt = fn,        -- fn(info) when another run interrupts this one (memory, redis)
     on_wait = fn,           -- fn(holder) once, when the run has to wait
     from = "checkpoint id", -- where this run starts (given back to a rollback)
   })
@@ -44,14 +44,17 @@ With Redis, a lease lives `ttl` seconds unless renewed by lease:check()
 thread after ttl, and its token is then smaller than the next holder's, so
 a store that remembers the largest token it saw for the thread (a fence)
 can refuse the stalled holder's late writes. Waiters poll, and a waiter
-that stops polling for ttl seconds leaves the queue.
+that stops polling for ttl seconds leaves the queue. While it holds leases
+given on_preempt, a Redis coordinator keeps a subscription (a connection of
+its own); a notice it misses (the connection dropped) shows at the
+holder's next check().
 ]]
 
 local mg = require "moongraph"
 local core = require "moongraph.core"
 
-local type, tostring, tonumber, setmetatable, error, ipairs, pcall =
-  type, tostring, tonumber, setmetatable, error, ipairs, pcall
+local type, tostring, tonumber, setmetatable, error, ipairs, pairs, next, pcall =
+  type, tostring, tonumber, setmetatable, error, ipairs, pairs, next, pcall
 local min, floor, random = math.min, math.floor, math.random
 local format = string.format
 
@@ -216,12 +219,13 @@ end
 
 -- KEYS: lease (hash), queue (zset run -> order), alive (zset run -> expiry
 -- ms), fence (string: the last token given, for every thread)
--- ARGV: run, strategy, ttl ms, from
+-- ARGV: run, strategy, ttl ms, from, channel (told the holder's run id
+-- when this run asks it to stop)
 -- -> {"ok", token} | {"busy", holder} | {"wait", holder}
 --    | {"preempted", by, strategy, from} (this run held the thread and was
 --      asked to stop before it came back)
 local ACQUIRE = [[
-local run, strategy, ttl, from = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local run, strategy, ttl, from, channel = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- waiters whose worker stopped renewing them leave the queue
@@ -264,6 +268,7 @@ elseif holder then
   join(front)
   if front and not redis.call('HGET', KEYS[1], 'preempt_by') then
     redis.call('HSET', KEYS[1], 'preempt_by', run, 'preempt_mode', strategy)
+    redis.call('PUBLISH', channel, holder)
   end
   return { 'wait', holder }
 else
@@ -329,8 +334,9 @@ function _M.redis(conn, opts)
   opts = opts or {}
   local ttl = opts.ttl or 30
   if type(ttl) ~= "number" or ttl <= 0 then error("bad argument #2 to 'redis' (ttl must be positive)", 2) end
-  return setmetatable({ conn = conn, prefix = opts.prefix or "moongraph", ttl = ttl,
-                        poll = opts.poll or 0.5 }, Red)
+  local prefix = opts.prefix or "moongraph"
+  return setmetatable({ conn = conn, prefix = prefix, ttl = ttl, poll = opts.poll or 0.5,
+                        channel = prefix .. ":thread-preempt", watched = {}, listening = false }, Red)
 end
 
 function Red:keys(thread_id)
@@ -342,6 +348,66 @@ local function preempt_info(r)
   return { by = r[2], strategy = r[3], from = (r[4] ~= "" and r[4] or nil) }
 end
 
+-- A notice for run_id: its lease, if watched here and asked to stop,
+-- hears of it once.
+local function notice(self, run_id)
+  local lease = self.watched[run_id]
+  if not lease then return end
+  local ok, why, info = lease:check()
+  if not ok and why == "preempted" and self.watched[run_id] == lease then
+    self.watched[run_id] = nil
+    mg.spawn(lease.on_preempt, info)
+  end
+end
+
+-- The coordinator's listener: subscribed while leases with on_preempt are
+-- held (it ends a second after the last one is given back, or when the
+-- connection is closed). Each (re)subscription checks the watched leases
+-- once, for notices sent before it was in place.
+local function listen(self)
+  local sub = nil
+  local guard <close> = setmetatable({}, { __close = function()
+    self.listening = false
+    if sub then sub:close() end
+  end })
+  local fresh = false
+  while next(self.watched) do
+    if not sub then
+      local err
+      sub, err = self.conn:subscribe(self.channel)
+      if not sub then
+        if tostring(err):find("closed", 1, true) then return end
+        mg.sleep(1)   -- Redis away: the holders' own checks will tell them
+      else
+        fresh = true
+      end
+    end
+    if fresh then
+      fresh = false
+      local ids = {}
+      for id in pairs(self.watched) do ids[#ids + 1] = id end
+      for _, id in ipairs(ids) do notice(self, id) end
+    end
+    if sub then
+      local msg, err = sub:next(1)
+      if msg then
+        if msg.kind == "message" then notice(self, msg.data) end
+      elseif err ~= "timeout" then
+        if sub.closed then sub = nil return end
+        fresh = true   -- the next call subscribes again
+      end
+    end
+  end
+end
+
+local function watch(self, lease)
+  self.watched[lease.run_id] = lease
+  if not self.listening then
+    self.listening = true
+    mg.spawn(listen, self)
+  end
+end
+
 function Red:acquire(thread_id, opts)
   local o = check_args(thread_id, opts)
   local k1, k2, k3, k4 = self:keys(thread_id)
@@ -350,12 +416,14 @@ function Red:acquire(thread_id, opts)
   local delay, waited = 0.02, false
   while true do
     local r, err = self.conn:call("EVAL", ACQUIRE, 4, k1, k2, k3, k4, o.run_id, o.strategy, ttl_ms,
-      o.from or "")
+      o.from or "", self.channel)
     if not r then return nil, err end
     local what = r[1]
     if what == "ok" then
-      return setmetatable({ coord = self, thread_id = thread_id, run_id = o.run_id, token = r[2],
-                            key = k1, from = o.from }, RedLease)
+      local lease = setmetatable({ coord = self, thread_id = thread_id, run_id = o.run_id, token = r[2],
+                                   key = k1, from = o.from, on_preempt = o.on_preempt }, RedLease)
+      if o.on_preempt then watch(self, lease) end
+      return lease
     elseif what == "busy" then
       return nil, "busy", { holder = r[2] }
     elseif what == "preempted" then
@@ -394,6 +462,8 @@ function RedLease:check()
 end
 
 function RedLease:release()
+  local watched = self.coord.watched
+  if watched[self.run_id] == self then watched[self.run_id] = nil end
   local r, err = self.coord.conn:call("EVAL", RELEASE, 1, self.key, self.token)
   if not r then return nil, err end
   return r == 1

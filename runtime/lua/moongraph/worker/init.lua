@@ -308,6 +308,17 @@ function W:renew_once(warned)
   return self:renew_threads(warned)
 end
 
+-- A later job of the job's thread interrupts or rolls it back: its run is
+-- told to stop, once. Heard at once from the thread's lease (on_preempt),
+-- or at the lease's next renewal.
+function W:preempt(js, info)
+  if js.preempted or js.acking then return end
+  js.preempted = info
+  self.log:info("job asked to stop by a later job of its thread", {
+    entry_id = js.id, by = info.by, strategy = info.strategy, phase = js.phase })
+  if js.stop_run then js.stop_run() end
+end
+
 -- Renew the thread leases of the running jobs; a job whose thread a
 -- later job interrupts or rolls back is told to stop its run, and one that
 -- lost its thread (this worker stalled past the lease) is stopped here:
@@ -320,12 +331,7 @@ function W:renew_threads(warned)
       if js.lease ~= lease or js.acking then
         -- (the job moved on meanwhile)
       elseif not ok and why == "preempted" then
-        if not js.preempted then
-          js.preempted = info
-          self.log:info("job asked to stop by a later job of its thread", {
-            entry_id = id, by = info.by, strategy = info.strategy, phase = js.phase })
-          if js.stop_run then js.stop_run() end
-        end
+        self:preempt(js, info)
       elseif not ok and why == "lost" then
         if js.task and not js.task:done() then
           self.log:warn("job lost its thread's lease to a later job; stopping it here",
