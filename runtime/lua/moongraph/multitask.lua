@@ -336,7 +336,10 @@ function _M.redis(conn, opts)
   if type(ttl) ~= "number" or ttl <= 0 then error("bad argument #2 to 'redis' (ttl must be positive)", 2) end
   local prefix = opts.prefix or "moongraph"
   return setmetatable({ conn = conn, prefix = prefix, ttl = ttl, poll = opts.poll or 0.5,
-                        channel = prefix .. ":thread-preempt", watched = {}, listening = false }, Red)
+                        channel = prefix .. ":thread-preempt", listening = false,
+                        -- run id -> lease given on_preempt (weak: a lease its
+                        -- holder dropped without releasing goes too)
+                        watched = setmetatable({}, { __mode = "v" }) }, Red)
 end
 
 function Red:keys(thread_id)
@@ -393,8 +396,12 @@ local function listen(self)
       if msg then
         if msg.kind == "message" then notice(self, msg.data) end
       elseif err ~= "timeout" then
-        if sub.closed then sub = nil return end
-        fresh = true   -- the next call subscribes again
+        if sub.closed then sub = nil return end   -- its connection was closed
+        -- the connection dropped: a new subscription after a pause (Redis
+        -- may be away a while)
+        sub:close()
+        sub = nil
+        mg.sleep(0.5)
       end
     end
   end
