@@ -181,28 +181,42 @@ describe("multitask", function()
     end)
   end)
 
+  -- (redis, on_preempt) two coordinators on url's server, as two processes;
+  -- ttl 30: no check() is due for 10 s
+  local function coordinators(url, prefix)
+    local function one() return multitask.redis(assert(redis.connect(url)), { prefix = prefix, ttl = 30, poll = 0.02 }) end
+    return one(), one
+  end
+  -- the holder of thread "t", its notices put on `heard`
+  local function holder_of(c, heard, from)
+    return assert(c:acquire("t", { run_id = "holder", from = from, on_preempt = function(info) heard:put(info) end }))
+  end
+  -- run "asker" asks the holder to stop; the holder hears within a second
+  -- -> info it heard; then the thread passes to the asker
+  local function ask_and_hear(holder, c, strategy, heard)
+    local asked = mg.now()
+    local asker = mg.spawn(function()
+      return c:acquire("t", { run_id = "asker", strategy = strategy, timeout = 10 })
+    end)
+    local info = heard:get(5)
+    assert.is_table(info)
+    assert.is_true(mg.now() - asked < 1)
+    assert.is_true(holder:release())
+    local ok, lease = asker:join(5)
+    assert.is_true(ok)
+    assert.equal("asker", lease.run_id)
+    assert.is_true(lease:release())
+    return info
+  end
+
   it("(redis) a holder given on_preempt hears at once that a later run asks it to stop, without a check", function()
     mg.run(function()
-      -- ttl 30: no check() is due for 10 s; two coordinators, as two processes
-      local c1 = multitask.redis(assert(redis.connect(rs.url)), { prefix = "mtnote", ttl = 30, poll = 0.02 })
-      local c2 = multitask.redis(assert(redis.connect(rs.url)), { prefix = "mtnote", ttl = 30, poll = 0.02 })
+      local c1, another = coordinators(rs.url, "mtnote")
       local heard = mg.queue()
-      local holder = assert(c1:acquire("t", { run_id = "holder", from = "cp-1",
-                                              on_preempt = function(info) heard:put(info) end }))
+      local holder = holder_of(c1, heard, "cp-1")
       mg.sleep(0.2)   -- (its coordinator is listening by now)
-      local asked = mg.now()
-      local asker = mg.spawn(function()
-        return c2:acquire("t", { run_id = "asker", strategy = "rollback", timeout = 10 })
-      end)
-      local info = heard:get(5)
-      assert.is_table(info)
-      assert.is_true(mg.now() - asked < 1)
+      local info = ask_and_hear(holder, another(), "rollback", heard)
       assert.same({ by = "asker", strategy = "rollback", from = "cp-1" }, info)
-      assert.is_true(holder:release())
-      local ok, lease = asker:join(5)
-      assert.is_true(ok)
-      assert.equal("asker", lease.run_id)
-      assert.is_true(lease:release())
       -- told once; and the subscription ends once no lease needs it
       assert.is_nil(heard:get(0.2))
       wait_until("the listener to end", function() return not c1.listening end)
@@ -212,25 +226,14 @@ describe("multitask", function()
   it("(redis) a holder given on_preempt still hears of a later run's request after its subscription dropped", function()
     local prs = servers.redis { persist = true }
     local ok, err = pcall(mg.run, function()
-      local c1 = multitask.redis(assert(redis.connect(prs.url)), { prefix = "mtcut", ttl = 30, poll = 0.02 })
+      local c1, another = coordinators(prs.url, "mtcut")
       local heard = mg.queue()
-      local holder = assert(c1:acquire("t", { run_id = "holder", on_preempt = function(info) heard:put(info) end }))
+      local holder = holder_of(c1, heard)
       mg.sleep(0.2)
       prs:restart()
       mg.sleep(1.5)   -- (the listener subscribes again)
-      local c2 = multitask.redis(assert(redis.connect(prs.url)), { prefix = "mtcut", ttl = 30, poll = 0.02 })
-      local asked = mg.now()
-      local asker = mg.spawn(function()
-        return c2:acquire("t", { run_id = "asker", strategy = "interrupt", timeout = 10 })
-      end)
-      local info = heard:get(5)
-      assert.is_table(info)
-      assert.is_true(mg.now() - asked < 1)
+      local info = ask_and_hear(holder, another(), "interrupt", heard)
       assert.equal("asker", info.by)
-      assert.is_true(holder:release())
-      local jok, lease = asker:join(5)
-      assert.is_true(jok)
-      assert.is_true(lease:release())
     end)
     prs:destroy()
     if not ok then error(err, 0) end

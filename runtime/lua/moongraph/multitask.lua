@@ -15,8 +15,9 @@ its strategy:
 
 Interrupting and rolling back are cooperative: the holder learns of it from
 lease:check(), or at once through on_preempt (Redis: the run that asks
-publishes it, and the coordinator's subscription passes it on) and stops; what "undo" means belongs to whoever owns the state (run() below
-forks the thread from the checkpoint the rolled-back run started from).
+publishes it, and the coordinator's subscription passes it on) and stops;
+what "undo" means belongs to whoever owns the state (run() below forks the
+thread from the checkpoint the rolled-back run started from).
 
   local multitask = require "moongraph.multitask"
   local c = multitask.memory()                              -- tasks of this process

@@ -387,7 +387,7 @@ local function take_thread(W, j, js, log, deadline)
     local l, e, info = W.threads:acquire(j.thread_id, {
       run_id = j.job_id, strategy = j.multitask_strategy or "enqueue",
       timeout = math.max(0, deadline - mg.now()),
-      on_preempt = function(info) W:preempt(js, info) end,
+      on_preempt = function(why) W:preempt(js, why) end,
       on_wait = function(holder)
         if not announced then
           announced = true
