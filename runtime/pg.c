@@ -23,6 +23,7 @@
 ** connection, so its state never has to be guessed. Pools, transactions,
 ** statement timeouts and reconnection live in moongraph/pg.lua.
 */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
@@ -572,10 +573,21 @@ static void params_free(params *p) {
 }
 
 /* Text parameters must be valid UTF-8 without NUL bytes (the server's
-** encoding); anything else is sent as bytea. */
+** encoding); anything else is sent as bytea. A job's state and answer go
+** through here (kilobytes per job, much of it the ASCII of JSON): runs of
+** ASCII are taken 8 bytes at a time. */
 static int valid_utf8(const unsigned char *s, size_t n) {
+  const uint64_t high = 0x8080808080808080ULL, ones = 0x0101010101010101ULL;
   size_t i = 0;
   while (i < n) {
+    while (n - i >= 8) {
+      uint64_t w;
+      memcpy(&w, s + i, 8);
+      /* a byte with its high bit set, or a NUL byte: one by one below */
+      if ((w & high) || ((w - ones) & ~w & high)) break;
+      i += 8;
+    }
+    if (i >= n) break;
     unsigned char c = s[i];
     size_t k;
     if (c < 0x80) {
