@@ -53,8 +53,16 @@ local function bad(fname, argn, msg, lvl)
   error(format("bad argument #%d to '%s' (%s)", argn, fname, msg), lvl)
 end
 
+-- (labels and keys come back call after call: those seen to be good are
+-- remembered, up to TEXT_SEEN of them)
+local TEXT_SEEN = 4096
+local good_text, good_n = {}, 0
 local function check_text(s)
-  return type(s) == "string" and not s:find("\0", 1, true) and utf8_len(s) ~= nil
+  if good_text[s] then return true end
+  if type(s) ~= "string" or s:find("\0", 1, true) or utf8_len(s) == nil then return false end
+  if good_n >= TEXT_SEEN then good_text, good_n = {}, 0 end
+  good_text[s], good_n = true, good_n + 1
+  return true
 end
 
 -- namespace (non-empty list of non-empty labels, or empty when `empty_ok`),
