@@ -60,7 +60,10 @@ function _M.emitter(redis, key, opts)
     maxlen_arg = tostring(opts.maxlen or 10000),
     running_ttl = opts.running_ttl or 86400,
     log = opts.log, metrics = opts.metrics, any_type = opts.any_type,
-    items = {}, head = 1, tail = 0,
+    -- the queue, in three lists (no table per event): type, JSON text,
+    -- and the stream id once one is given
+    types = {}, texts = {}, ids = {}, head = 1, tail = 0,
+    xadds = {},   -- XADD commands, reused from batch to batch
     wake = mg.queue(), idle = false,
     flushers = {}, closing = false,
     last_ms = 0, last_seq = -1, opened = false,
@@ -78,7 +81,7 @@ function Emitter:push(etype, data)
   if not text then text = cjson.encode { unencodable = tostring(data) } end
   local tail = self.tail + 1
   self.tail = tail
-  self.items[tail] = { etype, text }
+  self.types[tail], self.texts[tail] = etype, text
   if self.idle then
     self.idle = false
     self.wake:put(true)
@@ -163,12 +166,20 @@ function Emitter:run()
       goto continue
     end
     do
-      local items, cmds = self.items, {}
+      local types, texts, ids, xadds, cmds = self.types, self.texts, self.ids, self.xadds, {}
       local last = min(self.tail, self.head + _M.BATCH - 1)
       for i = self.head, last do
-        local it = items[i]
-        if not it[3] then it[3] = self:next_id() end
-        cmds[#cmds + 1] = { "XADD", self.key, "MAXLEN", "~", self.maxlen_arg, it[3], "type", it[1], "data", it[2] }
+        local id = ids[i]
+        if not id then id = self:next_id(); ids[i] = id end
+        local n = #cmds + 1
+        local c = xadds[n]
+        if c then
+          c[6], c[8], c[10] = id, types[i], texts[i]
+        else
+          c = { "XADD", self.key, "MAXLEN", "~", self.maxlen_arg, id, "type", types[i], "data", texts[i] }
+          xadds[n] = c
+        end
+        cmds[n] = c
       end
       -- the stream's expiry is set with the first batch (and again after
       -- a failed one); finish sets the final one
@@ -184,7 +195,7 @@ function Emitter:run()
         end
       end
       if expiring then self.expiry_set = true end
-      for i = self.head, last do items[i] = nil end
+      for i = self.head, last do types[i], texts[i], ids[i] = nil, nil, nil end
       if self.metrics then self.metrics:inc("events_written", last - self.head + 1) end
       self.head = last + 1
       backoff = 0.05
