@@ -167,16 +167,16 @@ local function pg_array(labels)
 end
 _M.pg_array = pg_array
 
--- An op's namespace as a text[] literal and as a JSON list, remembered per
--- namespace (op.nskey; up to NS_SEEN of them): a profile's namespace is
--- written out a few times per turn.
+-- An op's namespace as a text[] literal (.array) and as a JSON list
+-- (.json), remembered per namespace (op.nskey; up to NS_SEEN of them): a
+-- profile's namespace is written out a few times per turn.
 local NS_SEEN = 4096
 local ns_forms, ns_n = {}, 0
 local function ns_form(op)
   local f = ns_forms[op.nskey]
   if not f then
     if ns_n >= NS_SEEN then ns_forms, ns_n = {}, 0 end
-    f = { pg_array(op.ns), jlabels(op.ns) }
+    f = { array = pg_array(op.ns), json = jlabels(op.ns) }
     ns_forms[op.nskey], ns_n = f, ns_n + 1
   end
   return f
@@ -475,7 +475,7 @@ local function single(self, op)
   if kind == "search" then return single_search(self, op) end
   if kind == "get" then
     local refreshing = op.refresh and self.ttl_seen
-    local rows, err = self.db:query(refreshing and GET_REFRESH_SQL or GET_SQL, { ns_form(op)[1], op.key })
+    local rows, err = self.db:query(refreshing and GET_REFRESH_SQL or GET_SQL, { ns_form(op).array, op.key })
     if not rows then return nil, "store: " .. tostring(err) end
     local r = rows[1]
     if not r then return { n = 1 } end
@@ -505,10 +505,10 @@ local function single(self, op)
       emb = farray(flat)
     end
     if op.ttl then self.ttl_seen = true end
-    ok, err = write(db, PUT_SQL, { ns_form(op)[1], op.key, json.encode(op.value),
+    ok, err = write(db, PUT_SQL, { ns_form(op).array, op.key, json.encode(op.value),
       op.ttl and op.ttl + 0.0 or SQLNULL, emb, n = 5 })
   else
-    ok, err = write(db, DELETE_SQL, { ns_form(op)[1], op.key })
+    ok, err = write(db, DELETE_SQL, { ns_form(op).array, op.key })
   end
   if not ok then return nil, "store: " .. tostring(err) end
   return { n = 1, true }
@@ -671,7 +671,7 @@ local function locked_update(v, get, fn, opts)
   -- result is not needed
   local db = v.db
   local ok, err = (db.send or db.query)(db, "SELECT pg_advisory_xact_lock(hashtextextended($1, $2))",
-    { ns_form(get)[2] .. jstr(get.key), ITEM_LOCK_SEED })
+    { ns_form(get).json .. jstr(get.key), ITEM_LOCK_SEED })
   if not ok then return nil, "store: " .. tostring(err) end
   local res
   res, err = v:_batch({ get })
