@@ -4,6 +4,7 @@ local mg = require "moongraph"
 local redis = require "moongraph.redis"
 local servers = require "servers"
 local events = require "moongraph.worker.events"
+local cjson = require "cjson"
 
 local srv
 
@@ -40,6 +41,40 @@ describe("worker events", function()
       assert.equal("token", field(e, "type"))
       assert.equal('{"text":"' .. i .. '"}', field(e, "data"))
     end
+    assert.is_true(ids_increase(entries))
+  end)
+
+  it("joins token pieces of one node that wait to be sent, never one already sent", function()
+    local entries = mg.run(function()
+      local r = assert(redis.connect(srv.url))
+      local em = events.emitter(r, "ev:tokens", {})
+      em:push("node_start", { node = "a" })
+      em:token("a", "x"); em:token("a", "y")
+      em:token("b", "z"); em:token("b", "w")
+      em:push("node_end", { node = "b" })
+      em:token("b", "v")
+      assert.is_true(em:flush())
+      em:token("b", "u")   -- the last token is written: a new entry
+      assert.is_true(em:flush())
+      -- a batch tried while Redis is down keeps its entries as they were
+      srv:stop("term")
+      em:token("b", "1")
+      mg.sleep(0.2)   -- the writer tried to send "1" and waits to retry
+      em:token("b", "2"); em:token("b", "3")
+      srv:start()
+      assert.is_true(em:flush())
+      em:close()
+      return r:call("XRANGE", "ev:tokens", "-", "+")
+    end)
+    local got = {}
+    for _, e in ipairs(entries) do
+      local d = cjson.decode(field(e, "data"))
+      got[#got + 1] = field(e, "type") .. " " .. d.node .. (d.text and (" " .. d.text) or "")
+    end
+    assert.same({
+      "node_start a", "token a xy", "token b zw", "node_end b", "token b v", "token b u",
+      "token b 1", "token b 23",
+    }, got)
     assert.is_true(ids_increase(entries))
   end)
 

@@ -10,7 +10,8 @@
 -- Writing (the worker):
 --
 --   local em = events.emitter(redis, key, { maxlen = 10000, log = log })
---   em:push("token", { node = "answer", text = "안" })   -- never waits
+--   em:push("node_start", { node = "answer", task_id = id })   -- never waits
+--   em:token("answer", "안")  -- a token event; pieces not yet sent join
 --   em:flush()        -- waits until everything pushed so far is in Redis
 --   events.finish(redis, key, { {"answer", {...}}, {"done", {...}} }, opts)
 --
@@ -38,7 +39,7 @@ local cjson = require("cjson.safe").new()
 
 local type, tostring, tonumber, ipairs, setmetatable, pcall, select =
   type, tostring, tonumber, ipairs, setmetatable, pcall, select
-local format, floor, min, max = string.format, math.floor, math.min, math.max
+local format, floor, min, max, concat = string.format, math.floor, math.min, math.max, table.concat
 
 local _M = {}
 
@@ -60,9 +61,11 @@ function _M.emitter(redis, key, opts)
     maxlen_arg = tostring(opts.maxlen or 10000),
     running_ttl = opts.running_ttl or 86400,
     log = opts.log, metrics = opts.metrics, any_type = opts.any_type,
-    -- the queue, in three lists (no table per event): type, JSON text,
-    -- and the stream id once one is given
+    -- the queue, in three lists (no table per event): type, JSON text
+    -- (false: a token's, made when it is sent), and the stream id once one
+    -- is given; a token event's node and text pieces until it is sent
     types = {}, texts = {}, ids = {}, head = 1, tail = 0,
+    token_node = {}, token_text = {},
     xadds = {},   -- XADD commands, reused from batch to batch
     wake = mg.queue(), idle = false,
     flushers = {}, closing = false,
@@ -86,6 +89,34 @@ function Emitter:push(etype, data)
     self.idle = false
     self.wake:put(true)
   end
+end
+
+-- token(node, text): a piece of streamed output. While the queue's last
+-- event is a token of the same node that has not been sent yet, the text
+-- joins it: a writer that falls behind sends fewer, longer pieces, and the
+-- stream's text is the same.
+function Emitter:token(node, text)
+  local tail = self.tail
+  if tail >= self.head and self.texts[tail] == false and self.token_node[tail] == node then
+    local parts = self.token_text[tail]
+    parts[#parts + 1] = text
+    return
+  end
+  tail = tail + 1
+  self.tail = tail
+  self.types[tail], self.texts[tail] = "token", false
+  self.token_node[tail], self.token_text[tail] = node, { text }
+  if self.idle then
+    self.idle = false
+    self.wake:put(true)
+  end
+end
+
+-- The JSON text of queued token event i, made once it is sent.
+function Emitter:token_json(i)
+  local text = cjson.encode { node = self.token_node[i], text = concat(self.token_text[i]) }
+  self.texts[i], self.token_node[i], self.token_text[i] = text, nil, nil
+  return text
 end
 
 function Emitter:pending()
@@ -171,12 +202,14 @@ function Emitter:run()
       for i = self.head, last do
         local id = ids[i]
         if not id then id = self:next_id(); ids[i] = id end
+        local text = texts[i]
+        if text == false then text = self:token_json(i) end
         local n = #cmds + 1
         local c = xadds[n]
         if c then
-          c[6], c[8], c[10] = id, types[i], texts[i]
+          c[6], c[8], c[10] = id, types[i], text
         else
-          c = { "XADD", self.key, "MAXLEN", "~", self.maxlen_arg, id, "type", types[i], "data", texts[i] }
+          c = { "XADD", self.key, "MAXLEN", "~", self.maxlen_arg, id, "type", types[i], "data", text }
           xadds[n] = c
         end
         cmds[n] = c

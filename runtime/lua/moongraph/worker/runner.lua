@@ -341,7 +341,7 @@ local function run_graph(W, js, script, input, cfg, em, log, attempt, limit)
       local mode = ev.mode
       if mode == "messages" then
         if type(ev.data) == "string" then
-          em:push("token", { node = ev.node, text = ev.data })
+          em:token(ev.node, ev.data)
         end
       elseif mode == "tasks" then
         local d = ev.data
