@@ -248,6 +248,25 @@ for _, kind in ipairs { "memory", "file" } do
       for _, i in ipairs { 1, 2, 4, 5 } do assert.equal(1, runs[i]) end
     end)
 
+    it("resumes a Send task with its arg as it was sent, though the task changed it", function()
+      local got, fail = {}, true
+      local g = G.new { results = R.append }
+      g:add_node("work", function(arg)
+        got[#got + 1] = table.concat(arg.items, ",")
+        arg.items[#arg.items + 1] = "changed"
+        if fail then error("work failed") end
+        return { results = #arg.items }
+      end)
+      g:add_conditional_edges(START, function() return { G.Send("work", { items = { "x" } }) } end, { "work" })
+      local app = g:compile { checkpointer = saver() }
+      run(function()
+        assert.is_nil(app:invoke({}, { thread_id = "arg", durability = "async" }))
+        fail = false
+        assert.same({ 2 }, assert(app:invoke(nil, { thread_id = "arg", durability = "async" })).results)
+      end)
+      assert.same({ "x", "x" }, got)
+    end)
+
     it("each finished task's writes are saved while its siblings still run", function()
       local s = saver()
       local seen_pending

@@ -55,7 +55,8 @@ whose calls never yield (memory) sets `yields = false` and is called
 inline: a task cannot be cancelled in the middle of such a call.
 ]]
 
-local type, tostring, pcall, ipairs, next, setmetatable = type, tostring, pcall, ipairs, next, setmetatable
+local type, tostring, pcall, ipairs, pairs, next, setmetatable =
+  type, tostring, pcall, ipairs, pairs, next, setmetatable
 
 -- the most writes one put_batch call carries
 local BATCH = 64
@@ -266,6 +267,31 @@ function _M.adopt_cfg(run, got)
   end
 end
 
+--[[ The checkpoint cp as the async writer keeps it: its values copied, and
+the Send args in its `next` list. The rest of cp, and the metadata, the
+engine made for this checkpoint alone and never changes. Channels unchanged
+since the last put keep their copy's identity, so a saver can skip
+re-encoding them (w.last_values: that copy). ]]
+local function snapshot(w, cp)
+  local s = {}
+  for k, v in pairs(cp) do s[k] = v end
+  local values = copy(cp.values, w.last_values)
+  if values ~= nil then
+    s.values = values
+    w.last_values = values
+  end
+  local next_list = cp.next
+  if type(next_list) == "table" then
+    for i = 1, #next_list do
+      if next_list[i].send then
+        s.next = copy(next_list) or next_list
+        break
+      end
+    end
+  end
+  return s
+end
+
 function _M.put(run, op, a, b, c)
   local w = run.writer
   if w.err then return end
@@ -294,18 +320,20 @@ function _M.put(run, op, a, b, c)
       w.q = tasks.queue()
       w.task = tasks.spawn(type(w.saver.put_batch) == "function" and batch_loop or writer_loop, w)
     end
-    -- the target: a checkpoint, or one task's writes for a checkpoint
-    local key = op == "put" and b.id or (a.checkpoint_ns .. "\0" .. a.checkpoint_id .. "\0" .. b)
-    -- the data as it is now: the run goes on, and its nodes may change
-    -- tables this write holds before the writer task reaches it (a value
-    -- that cannot be saved goes as it is: the saver names it)
+    -- the run's data as it is now: the run goes on, and its nodes may
+    -- change tables this write holds before the writer task reaches it (a
+    -- value that cannot be saved goes as it is: the saver names it)
     if op == "put" then
-      -- channels unchanged since the last put keep their copy's identity,
-      -- so a saver can skip re-encoding them (w.last_put: that copy)
-      b = copy(b, w.last_put) or b
-      w.last_put = b
+      b = snapshot(w, b)
+    elseif type(c) == "table" then
+      c = copy(c) or c
     end
-    if type(c) == "table" then c = copy(c) or c end
+    -- the target, for a writer that has several writes in flight: a
+    -- checkpoint, or one task's writes for a checkpoint
+    local key = nil
+    if w.limit > 1 then
+      key = op == "put" and b.id or (a.checkpoint_ns .. "\0" .. a.checkpoint_id .. "\0" .. b)
+    end
     w.q:put { op = op, a = a, b = b, c = c, key = key }
   else -- exit: remember the latest checkpoint of this namespace and its writes
     local ex = run.exit
