@@ -365,6 +365,75 @@ describe("moongraph.pg", function()
       end)
     end)
 
+    it("tx:commit_with_next: the next round trip carries the COMMIT", function()
+      run(function()
+        local db, other = connect(), connect()
+        db:exec("CREATE TABLE cwn (n int PRIMARY KEY)")
+        local pid = db:query("SELECT pg_backend_pid() AS p")[1].p
+        local function outside_tx()   -- 1 when db's backend is idle, out of any transaction
+          return other:query("SELECT count(*)::int AS c FROM pg_stat_activity WHERE pid = $1 AND state = 'idle'",
+            { pid })[1].c
+        end
+        local seen = {}
+        local got = { db:transaction(function(tx)
+          local first = assert(tx:defer("SELECT 1 AS one"))
+          assert(tx:send("INSERT INTO cwn VALUES (1)"))
+          tx:commit_with_next()
+          local rows = assert(tx:query("SELECT count(*)::int AS c FROM cwn"))
+          -- committed by that round trip: another connection sees the row, and
+          -- the backend is idle (outside any transaction)
+          seen.visible = other:query("SELECT count(*)::int AS c FROM cwn")[1].c
+          seen.idle = outside_tx()
+          seen.first = first()
+          seen.more = { pcall(tx.query, tx, "SELECT 2") }
+          return rows[1].c, "second"
+        end) }
+        assert.same({ 1, "second" }, got)
+        assert.equal(1, seen.visible)
+        assert.equal(1, seen.idle)
+        assert.same({ { one = 1 } }, seen.first)
+        assert.is_false(seen.more[1])
+        assert.matches("already finished", seen.more[2])
+        -- through a deferred read
+        got = { db:transaction(function(tx)
+          local ins = assert(tx:defer("INSERT INTO cwn VALUES (2) RETURNING n"))
+          tx:commit_with_next()
+          local rows = assert(ins())
+          seen.visible = other:query("SELECT count(*)::int AS c FROM cwn")[1].c
+          return rows[1].n
+        end) }
+        assert.same({ 2 }, got)
+        assert.equal(2, seen.visible)
+        -- a statement of that round trip that fails rolls the whole back
+        local ok, err = db:transaction(function(tx)
+          assert(tx:send("INSERT INTO cwn VALUES (3)"))
+          tx:commit_with_next()
+          local rows, qerr = tx:query("INSERT INTO cwn VALUES (1)")   -- duplicate key
+          seen.rows, seen.qerr = rows, qerr
+          return true
+        end)
+        assert.is_nil(ok)
+        assert.matches("rolled back", err)
+        assert.is_nil(seen.rows)
+        assert.matches("duplicate key", seen.qerr)
+        assert.equal(2, db:query("SELECT count(*)::int AS c FROM cwn")[1].c)
+        -- in a savepoint: the RELEASE goes with the round trip, the outer
+        -- transaction goes on
+        got = { db:transaction(function(tx)
+          local inner = assert(tx:transaction(function(sp)
+            assert(sp:send("INSERT INTO cwn VALUES (4)"))
+            sp:commit_with_next()
+            return sp:query("SELECT count(*)::int AS c FROM cwn")[1].c
+          end))
+          seen.visible = other:query("SELECT count(*)::int AS c FROM cwn")[1].c
+          return inner, tx:query("SELECT count(*)::int AS c FROM cwn")[1].c
+        end) }
+        assert.same({ 3, 3 }, got)
+        assert.equal(2, seen.visible)   -- not before the outer commit
+        assert.equal(3, db:query("SELECT count(*)::int AS c FROM cwn")[1].c)
+      end)
+    end)
+
     it("a failing statement sent ahead fails the next query with its position and rolls back", function()
       run(function()
         local db = connect()

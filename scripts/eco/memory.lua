@@ -175,16 +175,21 @@ SELECT c.turn, c.last_intent, c.summary::text AS summary,
          ORDER BY id DESC LIMIT $2) AS m) AS recent
 FROM conversations c WHERE c.thread_id = $1]]
 
+local NO_REFRESH = { refresh_ttl = false }
+
 function Mem:load_l2(thread_id, user_id)
   return self.db:transaction(function(tx)
-    -- (the conversation's read goes with the profile's: one round trip)
+    -- (the conversation's read goes with the profile's, and the commit
+    -- with both: one round trip)
     local conversation, err = tx:defer(LOAD, { thread_id, self.recent })
     if not conversation then error(err, 0) end
     local view
-    view, err = self.store:with(tx)
+    view, err = self.store:with(tx)   -- (its first use reads the Store's schema on tx)
     if not view then error(err, 0) end
+    -- a read that leaves the item's TTL alone is one statement: the last
+    tx:commit_with_next()
     local p
-    p, err = profile.get(view, user_id)
+    p, err = profile.get(view, user_id, NO_REFRESH)
     if err then error(err, 0) end
     local rows
     rows, err = conversation()

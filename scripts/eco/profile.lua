@@ -33,9 +33,10 @@ function _M.namespace(user_id)
   return { "eco", "users", id }
 end
 
--- get(store, user_id) -> profile | nil (an unknown user) | nil, err
-function _M.get(store, user_id)
-  local item, err = store:get(_M.namespace(user_id), _M.KEY)
+-- get(store, user_id [, opts]) -> profile | nil (an unknown user) | nil, err
+-- (opts as the Store's get takes them: refresh_ttl)
+function _M.get(store, user_id, opts)
+  local item, err = store:get(_M.namespace(user_id), _M.KEY, opts)
   if item then return item.value end
   if err then return nil, err end
   return nil

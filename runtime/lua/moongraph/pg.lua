@@ -7,6 +7,7 @@
 --   db:transaction(function(tx) tx:query(...); tx:send(...); tx:query(...) end)
 --   db:transaction(function(tx)           -- two reads in one round trip
 --     local first = tx:defer(sql1, params1)
+--     tx:commit_with_next()                -- and the COMMIT with them
 --     local rows2 = tx:query(sql2, params2)
 --     local rows1 = first()
 --   end)
@@ -172,10 +173,45 @@ local function run_in(raw, sql, params)
   return raw:sync()
 end
 
+-- The statement that ends the transaction: COMMIT, or for a savepoint
+-- RELEASE.
+local function end_sql(tx)
+  return tx.sp and ("RELEASE SAVEPOINT " .. tx.sp) or "COMMIT"
+end
+
+-- The round trip that, after tx:commit_with_next, also ends the
+-- transaction: its COMMIT goes with what was sent -> true | nil, err, ...
+local function commit_round_trip(tx)
+  local raw = tx.raw
+  local ok, err = raw:send(end_sql(tx))
+  if not ok then return nil, err end
+  -- (committed: the end was sent; run_tx reads how it went)
+  tx.finished, tx.committed = true, true
+  local rows, serr, state, pos = raw:sync()
+  if rows == nil then return nil, serr, state, pos end
+  return true
+end
+
 function Tx:query(sql, params)
   tx_check(self, "query")
   check_sql("query", sql, params)
-  return run_in(self.raw, sql, params)
+  local raw = self.raw
+  if not self.commit_next then return run_in(raw, sql, params) end
+  local ticket, err = send_one(raw, sql, params, true)
+  if not ticket then return nil, err end
+  local ok, serr, state, pos = commit_round_trip(self)
+  if not ok then return nil, serr, state, pos end
+  return raw:kept(ticket)
+end
+
+-- tx:commit_with_next(): the transaction's next tx:query, or the first
+-- read of a deferred result, also commits it: the COMMIT costs no round
+-- trip of its own. The transaction takes no statement after that one;
+-- what fn returns is still what the transaction returns, but an error fn
+-- raises after the commit no longer rolls anything back.
+function Tx:commit_with_next()
+  tx_check(self, "commit_with_next")
+  self.commit_next = true
 end
 
 -- tx:send(sql [, params]) -> true | nil, err: a statement whose results the
@@ -202,7 +238,12 @@ function Tx:defer(sql, params)
   return function()
     local rows, n = raw:kept(ticket)
     if rows == false then
-      local ok, serr = raw:sync()
+      local ok, serr
+      if self.commit_next and not self.finished then
+        ok, serr = commit_round_trip(self)
+      else
+        ok, serr = raw:sync()
+      end
       if not ok and serr ~= nil then return nil, serr end
       rows, n = raw:kept(ticket)
     end
@@ -242,14 +283,24 @@ local function run_tx(raw, fn, depth)
   local sp = depth > 0 and ("moongraph_sp_" .. depth) or nil
   local ok, err = raw:send(sp and ("SAVEPOINT " .. sp) or "BEGIN")
   if not ok then return nil, err end
-  local tx = setmetatable({ raw = raw, depth = depth }, Tx)
+  local tx = setmetatable({ raw = raw, depth = depth, sp = sp }, Tx)
   local res = pack(pcall(fn, tx))
   tx.finished = true
+  if tx.committed then
+    -- its end went with tx:commit_with_next's round trip: a statement that
+    -- failed there left the transaction aborted, and it rolls back
+    if raw:tx_status() == "inerror" then
+      undo(raw, sp)
+      if res[1] then res = { false, "pg: transaction rolled back: a statement inside it failed", n = 2 } end
+    end
+    if res[1] then return unpack(res, 2, res.n) end
+    return nil, res[2]
+  end
   if res[1] and raw:tx_status() == "inerror" then
     res = { false, "pg: transaction rolled back: a statement inside it failed", n = 2 }
   end
   if res[1] then
-    ok, err = run_in(raw, sp and ("RELEASE SAVEPOINT " .. sp) or "COMMIT")
+    ok, err = run_in(raw, end_sql(tx))
     if not ok then
       undo(raw, sp)
       return nil, err
