@@ -171,6 +171,36 @@ describe("streaming", function()
     assert.has_error(function() app:stream({}) end,
       "app:stream must be called inside a moongraph task (mg.run, mg.spawn or the CLI)")
   end)
+
+  it("invoke with on_event: the events stream gives, handed over as they happen, and the output", function()
+    local cfg = { modes = { "values", "updates", "messages", "tasks" } }
+    local streamed = run(function() return collect(two_writers(), {}, cfg) end)
+    local got = {}
+    local out = run(function()
+      cfg.on_event = function(ev) got[#got + 1] = ev end
+      return two_writers():invoke({}, cfg)
+    end)
+    local function shape(list)
+      local s = {}
+      for i, ev in ipairs(list) do s[i] = ev.mode .. " " .. tostring(ev.node) .. " " .. tostring(ev.task_id) end
+      table.sort(s)
+      return s
+    end
+    assert.same(shape(streamed), shape(got))
+    assert.same({ answer = { "left", "right" } }, out)
+    -- an interrupt: the output carries it (the values events do not)
+    local g = G.new()
+    g:add_node("ask", function(_, ctx) return { v = ctx.interrupt("which?") } end)
+    g:add_edge(START, "ask")
+    local paused = run(function()
+      return g:compile { checkpointer = G.checkpoint.memory() }:invoke({},
+        { thread_id = "t", modes = "values", on_event = function() end })
+    end)
+    assert.equal("which?", paused.__interrupt__[1].value)
+    local app = two_writers()
+    assert.has_error(function() app:invoke({}, { on_event = 1 }) end,
+      "bad argument #2 to 'invoke': on_event must be a function, got number")
+  end)
 end)
 
 describe("tracing", function()

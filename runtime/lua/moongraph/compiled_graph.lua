@@ -95,11 +95,67 @@ local function output_of(self, values)
 end
 _M.output_of = output_of
 
-local function invoke(self, input, cfg)
-  local values, err = engine.run(self, input_of(self, input), cfg, nil)
+local ALL_MODES = events.MODES
+local MODE_NAMES = table.concat(ALL_MODES, ", ")
+local DEFAULT_MODES = { values = true, updates = true, messages = true, custom = true }
+local known_modes = {}
+for _, m in ipairs(ALL_MODES) do known_modes[m] = true end
+
+-- The modes cfg.stream_mode (or cfg.modes) asks for, as a set (called by
+-- event_sink: errors are raised at the caller of the API function fname).
+local function stream_modes(cfg, fname)
+  local wanted = cfg.stream_mode
+  if wanted == nil then wanted = cfg.modes end
+  if wanted == nil then return DEFAULT_MODES end
+  local list = wanted
+  if type(list) == "string" then list = { list } end
+  if type(list) ~= "table" then
+    error("bad argument #2 to '" .. fname .. "': stream_mode must be a mode name or a list of them", 4)
+  end
+  local modes = {}
+  for _, m in ipairs(list) do
+    if not known_modes[m] then
+      error("bad argument #2 to '" .. fname .. "': unknown mode '" .. tostring(m) ..
+        "' (expected " .. MODE_NAMES .. ")", 4)
+    end
+    modes[m] = true
+  end
+  return modes
+end
+
+-- The engine's sink for a caller that takes events with deliver(ev):
+-- the modes asked for, subgraph events left out with cfg.subgraphs =
+-- false, and `values` as the graph's output schema shows them.
+local function event_sink(self, cfg, fname, deliver)
+  local modes = stream_modes(cfg, fname)
+  if cfg.subgraphs ~= nil and type(cfg.subgraphs) ~= "boolean" then
+    error("bad argument #2 to '" .. fname .. "': subgraphs must be a boolean", 3)
+  end
+  local root_only = cfg.subgraphs == false
+  local filter = self.output_keys ~= nil
+  return { modes = modes, put = function(ev)
+    local ns = ev.ns
+    if ns ~= nil and ns ~= "" then
+      if root_only then return end
+    elseif filter and ev.mode == "values" then
+      ev.data = output_of(self, ev.data)
+    end
+    deliver(ev)
+  end }
+end
+
+local function invoke(self, input, cfg, sink)
+  local values, err = engine.run(self, input_of(self, input), cfg, sink)
   return output_of(self, values), err
 end
 
+--[[ invoke(input, cfg) -> output | nil, err
+Runs the graph to its end (or its next interrupt: the output then carries
+__interrupt__). With cfg.on_event, a function, the run's events of
+cfg.stream_mode (and cfg.subgraphs) are also handed to it as they happen,
+as app:stream would give them, without a task and a queue of their own:
+it is called by the run's tasks, which wait while it works (it should not
+block). ]]
 function app:invoke(input, cfg)
   cfg = check_cfg(cfg, "invoke")
   if input ~= nil and type(input) ~= "table" then
@@ -108,14 +164,16 @@ function app:invoke(input, cfg)
   if self.checkpointer and cfg.thread_id == nil then
     error("bad argument #2 to 'invoke': thread_id is required: the graph has a checkpointer", 2)
   end
-  return in_task(invoke, self, input, cfg)
+  local sink = nil
+  local on_event = cfg.on_event
+  if on_event ~= nil then
+    if type(on_event) ~= "function" then
+      error("bad argument #2 to 'invoke': on_event must be a function, got " .. type(on_event), 2)
+    end
+    sink = event_sink(self, cfg, "invoke", on_event)
+  end
+  return in_task(invoke, self, input, cfg, sink)
 end
-
-local ALL_MODES = events.MODES
-local MODE_NAMES = table.concat(ALL_MODES, ", ")
-local DEFAULT_MODES = { values = true, updates = true, messages = true, custom = true }
-local known_modes = {}
-for _, m in ipairs(ALL_MODES) do known_modes[m] = true end
 
 local DONE = {}
 
@@ -134,43 +192,12 @@ function app:stream(input, cfg)
   if self.checkpointer and cfg.thread_id == nil then
     error("bad argument #2 to 'stream': thread_id is required: the graph has a checkpointer", 2)
   end
-  local modes = DEFAULT_MODES
-  local wanted = cfg.stream_mode
-  if wanted == nil then wanted = cfg.modes end
-  if wanted ~= nil then
-    local list = wanted
-    if type(list) == "string" then list = { list } end
-    if type(list) ~= "table" then
-      error("bad argument #2 to 'stream': stream_mode must be a mode name or a list of them", 2)
-    end
-    modes = {}
-    for _, m in ipairs(list) do
-      if not known_modes[m] then
-        error("bad argument #2 to 'stream': unknown mode '" .. tostring(m) ..
-          "' (expected " .. MODE_NAMES .. ")", 2)
-      end
-      modes[m] = true
-    end
-  end
+  local q = tasks.queue()
+  local sink = event_sink(self, cfg, "stream", function(ev) q:put(ev) end)
   local _, main = coroutine_running()
   if main or not tasks.current() then
     error("app:stream must be called inside a moongraph task (mg.run, mg.spawn or the CLI)", 2)
   end
-  if cfg.subgraphs ~= nil and type(cfg.subgraphs) ~= "boolean" then
-    error("bad argument #2 to 'stream': subgraphs must be a boolean", 2)
-  end
-  local q = tasks.queue()
-  local root_only = cfg.subgraphs == false
-  local filter = self.output_keys ~= nil
-  local sink = { modes = modes, put = function(ev)
-    local ns = ev.ns
-    if ns ~= nil and ns ~= "" then
-      if root_only then return end
-    elseif filter and ev.mode == "values" then
-      ev.data = output_of(self, ev.data)
-    end
-    q:put(ev)
-  end }
   local failure = nil
   input = input_of(self, input)
   local task = tasks.spawn(function()
