@@ -209,6 +209,27 @@ describe("moongraph worker", function()
     mg.run(function() w:wait() end)
   end)
 
+  it("stores a run that pauses at ctx.interrupt as interrupted", function()
+    local w = env:worker { "--script", STEPS }
+    mg.run(function()
+      w:wait_started()
+      local r, db = env:conns()
+      local c = assert(client.connect { redis = r })
+      local id = assert(c:submit { thread_id = "t-ask", user_id = "u", input = { message = "please ask" } })
+      local ev, done = events_of(c, id)
+      assert.equal("interrupted", done.data.status)
+      assert.equal(0, runs(r, id, "answer"))
+      local row = assert(results.get(db, id))
+      assert.equal("interrupted", row.status)
+      assert.same({ "prepare" }, row.state.trail)   -- slow paused before its update
+      assert.same({ question = "which bin?" }, row.state.__interrupt__[1].value)
+      assert.same({ "node_start", "node_end", "node_start", "node_end", "done" }, types(ev))
+      assert.equal("interrupt", ev[#ev - 1].data.status)
+    end)
+    w:signal("TERM")
+    mg.run(function() w:wait() end)
+  end)
+
   it("drains on SIGTERM: the running job finishes, no new job is taken, exit 0", function()
     local w = env:worker { "--script", STEPS, "--grace", "20" }
     mg.run(function()

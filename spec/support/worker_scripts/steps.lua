@@ -7,6 +7,8 @@
 --   tokens=N     `answer` streams N tokens, `gap` seconds apart (default 0.01)
 --   gap=S
 --   fail         `slow` fails (fail_close: the job fails)
+--   ask          `slow` pauses the run with ctx.interrupt (the job is stored
+--                as interrupted)
 -- Every node run is counted in Redis (INCR spec:runs:<job_id>:<node>, on
 -- $MOONGRAPH_REDIS_URL) so a spec can tell which nodes ran again after a
 -- crash. The answer names the script's VERSION (the reload spec edits it).
@@ -42,6 +44,7 @@ function _M.build(opts)
     local s = opt(state.message, "sleep")
     if s then mg.sleep(s) end
     if state.message:find("%f[%w]fail%f[%W]") then error("slow: asked to fail", 0) end
+    if state.message:find("%f[%w]ask%f[%W]") then ctx.interrupt({ question = "which bin?" }) end
     return { trail = "slow" }
   end)
   g:add_node("answer", function(state, ctx)

@@ -333,45 +333,41 @@ end
 -- Run the graph for at most `limit` seconds, streaming its events;
 -- returns state | nil, err.
 local function run_graph(W, js, script, input, cfg, em, log, attempt, limit)
-  local last_state = nil
   local metrics = W.metrics
   local log_nodes = log:enabled("info")
-  local function body()
-    for ev in script.app:stream(input, cfg) do
-      local mode = ev.mode
-      if mode == "messages" then
-        if type(ev.data) == "string" then
-          em:token(ev.node, ev.data)
+  -- the run's node and token events, handed over as it makes them (in its
+  -- own task: the emitter queues them and never waits)
+  cfg.on_event = function(ev)
+    local mode = ev.mode
+    if mode == "messages" then
+      if type(ev.data) == "string" then
+        em:token(ev.node, ev.data)
+      end
+    elseif mode == "tasks" then
+      local d = ev.data
+      if d.event == "start" then
+        em:push("node_start", { node = d.name, task_id = d.id, ns = ev.ns ~= "" and ev.ns or nil,
+                                attempt = attempt })
+      else
+        local dur = d.duration or 0
+        metrics:observe("node", d.name, dur)
+        local status = d.status
+        local rec = { node = d.name, task_id = d.id, status = status, duration_ms = ms(dur),
+                      ns = ev.ns ~= "" and ev.ns or nil, ran = d.ran }
+        if d.error ~= nil then rec.error = error_message(d.error) end
+        em:push("node_end", rec)
+        if log_nodes then
+          log:info("node finished", { node = d.name, task_id = d.id, status = status,
+                                      duration_ms = rec.duration_ms, error = rec.error })
         end
-      elseif mode == "tasks" then
-        local d = ev.data
-        if d.event == "start" then
-          em:push("node_start", { node = d.name, task_id = d.id, ns = ev.ns ~= "" and ev.ns or nil,
-                                  attempt = attempt })
-        else
-          local dur = d.duration or 0
-          metrics:observe("node", d.name, dur)
-          local status = d.status
-          local rec = { node = d.name, task_id = d.id, status = status, duration_ms = ms(dur),
-                        ns = ev.ns ~= "" and ev.ns or nil, ran = d.ran }
-          if d.error ~= nil then rec.error = error_message(d.error) end
-          em:push("node_end", rec)
-          if log_nodes then
-            log:info("node finished", { node = d.name, task_id = d.id, status = status,
-                                        duration_ms = rec.duration_ms, error = rec.error })
-          end
-        end
-      elseif mode == "values" and (ev.ns == nil or ev.ns == "") then
-        last_state = ev.data
       end
     end
-    if last_state == nil then
-      -- a resumed run that had nothing left to do emits no values
-      local snap, serr = script.app:get_state { thread_id = cfg.thread_id }
-      if not snap then error("checkpointer get failed: " .. tostring(serr), 0) end
-      last_state = snap.values
-    end
-    return last_state
+  end
+  -- the final state (with __interrupt__ when the run paused)
+  local function body()
+    local state, err = script.app:invoke(input, cfg)
+    if state == nil then error(err, 0) end
+    return state
   end
   return run_child(W, js, limit, body)
 end
@@ -664,7 +660,7 @@ function _M.run(W, entry, js)
   local em = events.emitter(W.redis, key, { maxlen = cfg.events_maxlen, log = log, metrics = W.metrics })
   local guard <close> = setmetatable({}, { __close = function() em:abandon() end })
   local run_cfg = {
-    thread_id = thread, modes = { "values", "tasks", "messages" }, llm = W.llm,
+    thread_id = thread, stream_mode = { "tasks", "messages" }, llm = W.llm,
     durability = cfg.durability,
     -- what the run has not saved when it ends is superseded by the result
     -- (step 4), which also deletes the thread
