@@ -190,44 +190,43 @@ describe("moongraph worker", function()
     assert.equal(1, #w:logged("job already has a result"))
   end)
 
-  it("stores a failed pipeline as the job's result and reports it", function()
+  -- One job of the steps script on a worker of its own: its events, its
+  -- done event, its stored row and how often its `answer` node ran.
+  local function one_job(thread_id, message)
     local w = env:worker { "--script", STEPS }
-    mg.run(function()
+    local got = mg.run(function()
       w:wait_started()
       local r, db = env:conns()
       local c = assert(client.connect { redis = r })
-      local id = assert(c:submit { thread_id = "t-fail", user_id = "u", input = { message = "please fail" } })
+      local id = assert(c:submit { thread_id = thread_id, user_id = "u", input = { message = message } })
       local ev, done = events_of(c, id)
-      assert.equal("failed", done.data.status)
-      assert.equal("error", ev[#ev - 1].type)
-      assert.matches("asked to fail", ev[#ev - 1].data.error)
-      local row = assert(results.get(db, id))
-      assert.equal("failed", row.status)
-      assert.matches("asked to fail", row.error)
+      return { ev = ev, done = done, row = assert(results.get(db, id)), answer_runs = runs(r, id, "answer") }
     end)
     w:signal("TERM")
     mg.run(function() w:wait() end)
+    return got
+  end
+
+  it("stores a failed pipeline as the job's result and reports it", function()
+    local got = one_job("t-fail", "please fail")
+    local ev = got.ev
+    assert.equal("failed", got.done.data.status)
+    assert.equal("error", ev[#ev - 1].type)
+    assert.matches("asked to fail", ev[#ev - 1].data.error)
+    assert.equal("failed", got.row.status)
+    assert.matches("asked to fail", got.row.error)
   end)
 
   it("stores a run that pauses at ctx.interrupt as interrupted", function()
-    local w = env:worker { "--script", STEPS }
-    mg.run(function()
-      w:wait_started()
-      local r, db = env:conns()
-      local c = assert(client.connect { redis = r })
-      local id = assert(c:submit { thread_id = "t-ask", user_id = "u", input = { message = "please ask" } })
-      local ev, done = events_of(c, id)
-      assert.equal("interrupted", done.data.status)
-      assert.equal(0, runs(r, id, "answer"))
-      local row = assert(results.get(db, id))
-      assert.equal("interrupted", row.status)
-      assert.same({ "prepare" }, row.state.trail)   -- slow paused before its update
-      assert.same({ question = "which bin?" }, row.state.__interrupt__[1].value)
-      assert.same({ "node_start", "node_end", "node_start", "node_end", "done" }, types(ev))
-      assert.equal("interrupt", ev[#ev - 1].data.status)
-    end)
-    w:signal("TERM")
-    mg.run(function() w:wait() end)
+    local got = one_job("t-ask", "please ask")
+    local ev, row = got.ev, got.row
+    assert.equal("interrupted", got.done.data.status)
+    assert.same({ "node_start", "node_end", "node_start", "node_end", "done" }, types(ev))
+    assert.equal("interrupt", ev[#ev - 1].data.status)
+    assert.equal("interrupted", row.status)
+    assert.same({ "prepare" }, row.state.trail)   -- slow paused before its update
+    assert.same({ question = "which bin?" }, row.state.__interrupt__[1].value)
+    assert.equal(0, got.answer_runs)
   end)
 
   it("drains on SIGTERM: the running job finishes, no new job is taken, exit 0", function()
