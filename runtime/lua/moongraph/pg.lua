@@ -286,28 +286,23 @@ local function run_tx(raw, fn, depth)
   local tx = setmetatable({ raw = raw, depth = depth, sp = sp }, Tx)
   local res = pack(pcall(fn, tx))
   tx.finished = true
-  if tx.committed then
-    -- its end went with tx:commit_with_next's round trip: a statement that
-    -- failed there left the transaction aborted, and it rolls back
-    if raw:tx_status() == "inerror" then
-      undo(raw, sp)
-      if res[1] then res = { false, "pg: transaction rolled back: a statement inside it failed", n = 2 } end
-    end
-    if res[1] then return unpack(res, 2, res.n) end
-    return nil, res[2]
-  end
   if res[1] and raw:tx_status() == "inerror" then
     res = { false, "pg: transaction rolled back: a statement inside it failed", n = 2 }
   end
   if res[1] then
-    ok, err = run_in(raw, end_sql(tx))
-    if not ok then
-      undo(raw, sp)
-      return nil, err
+    -- (after tx:commit_with_next its end went with that round trip)
+    if not tx.committed then
+      ok, err = run_in(raw, end_sql(tx))
+      if not ok then
+        undo(raw, sp)
+        return nil, err
+      end
     end
     return unpack(res, 2, res.n)
   end
-  undo(raw, sp)
+  -- a transaction already committed has nothing left to roll back, unless
+  -- a statement of that last round trip failed and left it aborted
+  if not tx.committed or raw:tx_status() == "inerror" then undo(raw, sp) end
   return nil, res[2]
 end
 
