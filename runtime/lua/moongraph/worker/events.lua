@@ -75,6 +75,14 @@ function _M.emitter(redis, key, opts)
   return self
 end
 
+-- The writer task, when it waits for work, goes on.
+local function wake_writer(self)
+  if self.idle then
+    self.idle = false
+    self.wake:put(true)
+  end
+end
+
 -- push(type, data): queue one event (data: a table, encoded as JSON).
 function Emitter:push(etype, data)
   if not _M.TYPES[etype] and not self.any_type then
@@ -85,10 +93,7 @@ function Emitter:push(etype, data)
   local tail = self.tail + 1
   self.tail = tail
   self.types[tail], self.texts[tail] = etype, text
-  if self.idle then
-    self.idle = false
-    self.wake:put(true)
-  end
+  wake_writer(self)
 end
 
 -- token(node, text): a piece of streamed output. While the queue's last
@@ -106,10 +111,7 @@ function Emitter:token(node, text)
   self.tail = tail
   self.types[tail], self.texts[tail] = "token", false
   self.token_node[tail], self.token_text[tail] = node, { text }
-  if self.idle then
-    self.idle = false
-    self.wake:put(true)
-  end
+  wake_writer(self)
 end
 
 -- The JSON text of queued token event i, made once it is sent.
@@ -243,10 +245,7 @@ function Emitter:flush()
   if self.task:done() then return nil, "event writer stopped" end
   local q = mg.queue()
   self.flushers[#self.flushers + 1] = q
-  if self.idle then
-    self.idle = false
-    self.wake:put(true)
-  end
+  wake_writer(self)
   q:get()
   return true
 end
@@ -254,10 +253,7 @@ end
 -- close(): let the writer finish what is queued, then stop.
 function Emitter:close()
   self.closing = true
-  if self.idle then
-    self.idle = false
-    self.wake:put(true)
-  end
+  wake_writer(self)
 end
 
 -- abandon(): stop now; what is not written yet is dropped.
