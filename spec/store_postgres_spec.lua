@@ -404,6 +404,36 @@ describe("postgres store", function()
       end)
     end)
 
+    it("patches with the transaction: sent ahead, committed or rolled back with it; a refused patch fails it", function()
+      mg.run(function()
+        local u = fresh_db()
+        local s = store.postgres(u, { pool_size = 1 })
+        local db = assert(pg.connect(u))
+        assert(pstore.migrate(db))
+        assert(db:exec("CREATE TABLE turns (id int PRIMARY KEY)"))
+        local function turn(id, patch)
+          return db:transaction(function(tx)
+            assert.is_true(assert(s:with(tx)):patch({ "users", "u1" }, "profile", patch))
+            local ok, err = tx:query("INSERT INTO turns VALUES ($1)", { id })
+            if not ok then error(err, 0) end
+            return true
+          end)
+        end
+        assert(turn(1, { set = { city = "부산" }, add = { turns = 1 } }))
+        assert.same({ city = "부산", turns = 1 }, assert(s:get({ "users", "u1" }, "profile")).value)
+        local r, err = turn(1, { add = { turns = 1 } })                 -- duplicate key: rolled back
+        assert.is_nil(r)
+        assert.matches("duplicate key", err)
+        r, err = turn(2, { add = { city = 1 } })                        -- refused: nothing of it is kept
+        assert.is_nil(r)
+        assert.matches("city is not an integer", err)
+        assert.same({ city = "부산", turns = 1 }, assert(s:get({ "users", "u1" }, "profile")).value)
+        assert.equal(1, assert(db:query("SELECT count(*)::int AS n FROM turns"))[1].n)
+        db:close()
+        s.db:close()
+      end)
+    end)
+
     it("rejects what is not a transaction", function()
       local s = store.postgres("postgresql://x/y")
       assert.has_error(function() s:with(42) end,

@@ -661,6 +661,103 @@ return function(name, make, env)
       end)
     end)
 
+    describe("patch", function()
+      it("creates the item from {}, then sets fields and adds to integers, nested ones too", function()
+        with_store(function(s)
+          assert.is_true(s:patch({ "u", "1" }, "p", { set = { city = "서울" }, add = { turns = 1, intents = { waste = 1 } } }))
+          assert.is_true(s:patch({ "u", "1" }, "p", { set = { last = "x" }, add = { turns = 2, intents = { waste = 1, bus = 5 } } }))
+          local item = assert(s:get({ "u", "1" }, "p"))
+          assert.same({ city = "서울", last = "x", turns = 3, intents = { waste = 2, bus = 5 } }, item.value)
+          assert.equal("integer", math.type(item.value.turns))
+          assert.is_true(item.created_at <= item.updated_at)
+          -- what a patch does not name stays; a set replaces the whole field
+          assert(s:put({ "u", "2" }, "p", { keep = { 1.5, "a" }, f = 2.5, obj = { a = 1, b = 2 }, n = 7 }))
+          assert(s:patch({ "u", "2" }, "p", { set = { obj = { c = 3 } }, add = { n = -10, deep = { a = { b = 4 } } } }))
+          assert.same({ keep = { 1.5, "a" }, f = 2.5, obj = { c = 3 }, n = -3, deep = { a = { b = 4 } } },
+            assert(s:get({ "u", "2" }, "p")).value)
+        end)
+      end)
+
+      it("refuses an addition to what is not an integer, or into what is not an object, writing nothing", function()
+        with_store(function(s)
+          local json = require "moongraph.json"
+          local v = { f = 1.5, s = "3", n = json.null, l = { 1, 2 }, i = 1, max = math.maxinteger }
+          assert(s:put({ "u" }, "k", v))
+          for _, case in ipairs {
+            { { f = 1 }, "f is not an integer" },
+            { { s = 1 }, "s is not an integer" },
+            { { n = 1 }, "n is not an integer" },
+            { { l = { a = 1 } }, "l is not an object" },
+            { { i = { a = 1 } }, "i is not an object" },
+            { { i = 1, max = 1 }, "range" },
+          } do
+            local r, err = s:patch({ "u" }, "k", { set = { touched = true }, add = case[1] })
+            assert.is_nil(r)
+            assert.truthy(tostring(err):find(case[2], 1, true), tostring(err))
+          end
+          assert.same(v, assert(s:get({ "u" }, "k")).value)
+        end)
+      end)
+
+      it("64 tasks patching one key while 64 update it: none is lost", function()
+        with_store(function(s)
+          local tasks = {}
+          for i = 1, 64 do
+            tasks[#tasks + 1] = function()
+              assert(s:patch({ "race" }, "n", { add = { n = 1, by_patch = 1 } }))
+            end
+            tasks[#tasks + 1] = function()
+              assert(s:update({ "race" }, "n", function(x)
+                mg.sleep(0)                     -- a patch may come here: it waits
+                x = x or {}
+                x.n = (x.n or 0) + 1
+                return x
+              end))
+            end
+          end
+          mg.gather(tasks)
+          local x = assert(s:get({ "race" }, "n")).value
+          assert.equal(128, x.n)
+          assert.equal(64, x.by_patch)
+        end)
+      end)
+
+      it("puts with the given options", function()
+        with_store(function(s, ctx)
+          assert(s:patch({ "u" }, "short", { add = { n = 1 } }, { ttl = 1 }))
+          assert(s:patch({ "u" }, "long", { add = { n = 1 } }))
+          ctx.age(120)
+          assert.is_nil(s:get({ "u" }, "short"))
+          -- an expired item is no item: the next patch starts from {}
+          assert(s:patch({ "u" }, "short", { add = { n = 5 } }))
+          assert.equal(5, assert(s:get({ "u" }, "short")).value.n)
+          assert.equal(1, assert(s:get({ "u" }, "long")).value.n)
+        end)
+      end)
+
+      it("raises bad argument errors naming the argument", function()
+        with_store(function(s)
+          local function raises(pat, ...)
+            local ok, err = pcall(s.patch, s, ...)
+            assert.is_false(ok)
+            assert.matches(pat, tostring(err))
+          end
+          raises("bad argument #3 to 'patch' %(patch table {set =, add =} expected, got string%)", { "u" }, "k", "x")
+          raises("bad argument #3 to 'patch' %(unknown patch part 'put' %(set or add%)%)", { "u" }, "k", { put = {} })
+          raises("bad argument #3 to 'patch' %(patch.add.a.b must be an integer or a table of them, got a float%)",
+            { "u" }, "k", { add = { a = { b = 1.5 } } })
+          raises("bad argument #3 to 'patch' %(patch.add.a must be a table of fields, got a list%)",
+            { "u" }, "k", { add = { a = { 1 } } })
+          raises("bad argument #3 to 'patch' %(field 'x' is both in patch.set and in patch.add%)",
+            { "u" }, "k", { set = { x = 1 }, add = { x = { y = 1 } } })
+          raises("bad argument #3 to 'patch' %(patch.set.f ", { "u" }, "k", { set = { f = print } })
+          raises("bad argument #3 to 'patch' %(patch.set must be a table of fields", { "u" }, "k", { set = { 1 } })
+          raises("bad argument #1 to 'patch' %(namespace must not be empty%)", {}, "k", {})
+          raises("bad argument #4 to 'patch' %(unknown option 'bogus'%)", { "u" }, "k", {}, { bogus = 1 })
+        end)
+      end)
+    end)
+
     describe("misuse", function()
       it("raises bad argument errors naming the argument", function()
         with_store(function(s)

@@ -17,6 +17,13 @@ Checked operations (what a backend receives):
                      limit =, offset =, refresh = bool }
   { kind = "list",   prefix =, suffix =, max_depth =, limit =, offset = }
 
+A backend may also supply `self:_patch(op, opts)` for s:patch; without it a
+patch is an `_update` that applies it in Lua (`apply_patch`). The op:
+
+  { kind = "patch",  ns =, nskey =, key =, set = table|nil,
+                     adds = { {path = {field, ...}, n = integer}, ... } (sorted by path),
+                     ttl = minutes|nil }
+
 `nskey` is the namespace's labels joined with "\0": labels hold no NUL, so
 the join is unique, and byte order of joined keys is the tuple order of
 the namespaces (shorter first on a common prefix).
@@ -354,6 +361,118 @@ local function batch_op(store, t, i, lvl)
   return op
 end
 
+---------------------------------------------------------------- patches
+
+-- "intents.waste": a field path for messages
+local function path_label(path, upto)
+  return concat(path, ".", 1, upto or #path)
+end
+
+-- The integer additions of patch.add, flattened: {path =, n =} per leaf.
+local function flatten_adds(t, prefix, out, fname, argn, lvl)
+  local function where() return "patch.add" .. (#prefix > 0 and "." .. path_label(prefix) or "") end
+  if type(t) ~= "table" or getmetatable(t) ~= nil or #t > 0 then
+    bad(fname, argn, where() .. " must be a table of fields, got " ..
+      (type(t) == "table" and "a list" or type(t)), lvl + 1)
+  end
+  for k, v in pairs(t) do
+    if type(k) ~= "string" then bad(fname, argn, where() .. " has a " .. type(k) .. " key; fields are strings", lvl + 1) end
+    if not check_text(k) then bad(fname, argn, where() .. " has a field name that is not UTF-8 text without NUL", lvl + 1) end
+    local path = {}
+    for i = 1, #prefix do path[i] = prefix[i] end
+    path[#path + 1] = k
+    if math_type(v) == "integer" then
+      out[#out + 1] = { path = path, n = v, sort_key = concat(path, "\0") }
+    elseif type(v) == "table" and getmetatable(v) == nil then
+      flatten_adds(v, path, out, fname, argn, lvl + 1)
+    else
+      bad(fname, argn, where() .. "." .. k .. " must be an integer or a table of them, got " ..
+        (math_type(v) == "float" and "a float" or type(v)), lvl + 1)
+    end
+  end
+  return out
+end
+
+local PATCH_PARTS = { set = true, add = true }
+
+local function by_sort_key(x, y) return x.sort_key < y.sort_key end
+
+local function patch_op(store, ns, key, p, opts, fname, a, lvl)
+  local labels, nskey = check_ns(ns, fname, a, "namespace", lvl + 1)
+  check_key(key, fname, a + 1, lvl + 1)
+  if type(p) ~= "table" or getmetatable(p) ~= nil then
+    bad(fname, a + 2, "patch table {set =, add =} expected, got " .. type(p), lvl + 1)
+  end
+  for k in pairs(p) do
+    if not PATCH_PARTS[k] then bad(fname, a + 2, "unknown patch part '" .. tostring(k) .. "' (set or add)", lvl + 1) end
+  end
+  opts = check_opts(opts, fname, a + 3, PUT_OPTS, lvl + 1)
+  local set = nil
+  if p.set ~= nil then
+    if type(p.set) ~= "table" or getmetatable(p.set) ~= nil or #p.set > 0 then
+      bad(fname, a + 2, "patch.set must be a table of fields", lvl + 1)
+    end
+    local err
+    set, err = copy_value(p.set, "patch.set", {})
+    if set == nil then bad(fname, a + 2, err, lvl + 1) end
+  end
+  local adds = p.add ~= nil and flatten_adds(p.add, {}, {}, fname, a + 2, lvl + 1) or {}
+  for _, x in ipairs(adds) do
+    if set and set[x.path[1]] ~= nil then
+      bad(fname, a + 2, "field '" .. x.path[1] .. "' is both in patch.set and in patch.add", lvl + 1)
+    end
+  end
+  if adds[2] then table.sort(adds, by_sort_key) end
+  return { kind = "patch", ns = labels, nskey = nskey, key = key, set = set, adds = adds,
+    ttl = check_ttl(store, opts.ttl, fname, a + 3, lvl + 1),
+    index = check_index(store, opts.index, fname, a + 3, lvl + 1) }
+end
+
+-- a table that JSON writes as an object (not a list, not null)
+local function is_object(v)
+  return type(v) == "table" and v ~= null and not is_array(v) and v[1] == nil
+end
+
+--[[ apply_patch(value, op) -> the new value | nil, err: what s:patch makes
+of an item's value (nil: no item). value is left as it is. ]]
+function _M.apply_patch(value, op)
+  local v = {}
+  if value then for k, x in pairs(value) do v[k] = x end end
+  if op.set then for k, x in pairs(op.set) do v[k] = x end end
+  local made = {}   -- the objects on the adds' paths, made or copied here
+  for _, a in ipairs(op.adds) do
+    local path, t = a.path, v
+    for d = 1, #path - 1 do
+      local k = path[d]
+      local c = t[k]
+      if not made[c] then
+        if c == nil then
+          c = {}
+        elseif is_object(c) then
+          local copy = {}
+          for kk, x in pairs(c) do copy[kk] = x end
+          c = copy
+        else
+          return nil, "patch: " .. path_label(path, d) .. " is not an object"
+        end
+        made[c] = true
+        t[k] = c
+      end
+      t = c
+    end
+    local k = path[#path]
+    local cur = t[k]
+    if cur == nil then cur = 0 end
+    if math_type(cur) ~= "integer" then return nil, "patch: " .. path_label(path) .. " is not an integer" end
+    local sum = cur + a.n
+    if (a.n > 0 and sum < cur) or (a.n < 0 and sum > cur) then
+      return nil, "patch: " .. path_label(path) .. " is out of the integer range"
+    end
+    t[k] = sum
+  end
+  return v
+end
+
 ---------------------------------------------------------------- methods
 
 local function check_self(self, fname)
@@ -435,6 +554,29 @@ function methods:update(namespace, key, fn, opts)
   if type(fn) ~= "function" then bad("update", 3, "function expected, got " .. type(fn), 3) end
   put_op(self, namespace, key, {}, opts, "update", 1, 3)     -- the options, checked now
   return self:_update(get, fn, opts)
+end
+
+--[[ s:patch(namespace, key, {set =, add =} [, {ttl =, index =}]) -> true | nil, err
+Change one item without reading it: each field of `set` replaces the
+value's field of that name; each integer in `add` is added to the integer
+at that field (absent: 0), and a table in `add` adds into the object at
+that field (absent: made). No item: it starts from {}. Patches and updates
+of one item never lose each other's changes. Adding to something that is
+not an integer (or into something that is not an object) is an error, and
+nothing is written. ]]
+function methods:patch(namespace, key, p, opts)
+  check_self(self, "patch")
+  local op = patch_op(self, namespace, key, p, opts, "patch", 1, 3)
+  -- a vectorised item is embedded from its new value: read, change, write
+  if self._patch and not (self.index and op.index ~= false) then return self:_patch(op) end
+  local get = { kind = "get", ns = op.ns, nskey = op.nskey, key = key, refresh = false }
+  local v, err = self:_update(get, function(value)
+    local nv, perr = _M.apply_patch(value, op)
+    if not nv then error(perr, 0) end
+    return nv
+  end, opts)
+  if v == nil then return nil, (tostring(err):gsub("^update: ", "", 1)) end
+  return true
 end
 
 ---------------------------------------------------------------- for backends

@@ -28,6 +28,10 @@ s:with(tx) is the store on a caller's transaction (moongraph.pg): its
 statements are tx's, and its update holds the item's advisory lock until
 tx ends.
 
+A patch (s:patch) is one upsert computing the new value from the old in
+SQL, after the item's advisory lock: no read, and on a transaction both
+statements are sent ahead.
+
 Migrations run once per store object, on first use, in one transaction
 under an advisory lock of their own (moongraph_store_migrations), so any
 number of processes may start at once on an empty database.
@@ -68,6 +72,19 @@ _M.migrations = {
       );
       CREATE INDEX moongraph_store_expires ON moongraph_store (expires_at)
         WHERE expires_at IS NOT NULL;
+    ]],
+  },
+  {
+    version = 2,
+    name = "patch refusals",
+    -- raised by a patch's statement (s:patch) where its value is not what
+    -- an addition needs; `witness` gives the type the expression expects
+    sql = [[
+      CREATE FUNCTION moongraph_store_refused(what text, path text[], witness anyelement)
+      RETURNS anyelement LANGUAGE plpgsql VOLATILE AS $$
+      BEGIN
+        RAISE EXCEPTION 'moongraph store patch: % %', array_to_string(path, '.'), what;
+      END $$;
     ]],
   },
 }
@@ -681,6 +698,110 @@ local function locked_update(v, get, fn, opts)
   res, err = v:_batch({ put })
   if not res then return nil, err end
   return value
+end
+
+-- The statement of a patch and the text[] literals of its paths, by the
+-- patch's add paths (up to PATCH_SEEN of them): an upsert whose new value
+-- is the old one (or {} for none, or an expired one) with the sets merged
+-- in and the adds applied, parents made first; a value an addition
+-- cannot take calls moongraph_store_refused. $1 namespace, $2 key, $3
+-- sets, $4 ttl, then per parent object its path, per add its path and
+-- amount (paths are parameters, never spliced).
+local PATCH_SEEN = 256
+local patch_forms, patch_n = {}, 0
+
+local function patch_form(op)
+  local id_parts = {}
+  for i, a in ipairs(op.adds) do id_parts[i] = a.sort_key end
+  local id = concat(id_parts, "\1")
+  local f = patch_forms[id]
+  if f then return f end
+  local paths, steps, made = {}, {}, {}   -- steps: "parent" or "add", in order
+  for _, a in ipairs(op.adds) do
+    for d = 1, #a.path - 1 do
+      local pid = concat(a.path, "\0", 1, d)
+      if not made[pid] then
+        made[pid] = true
+        paths[#paths + 1] = pg_array({ table.unpack(a.path, 1, d) })
+        steps[#steps + 1] = "parent"
+      end
+    end
+    paths[#paths + 1] = pg_array(a.path)
+    steps[#steps + 1] = "add"
+  end
+  local function value_expr(old)
+    local acc, n = "(" .. old .. " || $3::jsonb)", 4
+    for _, step in ipairs(steps) do
+      n = n + 1
+      local at = format("(%s #> $%d::text[])", old, n)
+      if step == "parent" then
+        acc = format([[jsonb_set(%s, $%d::text[], CASE WHEN %s IS NULL THEN '{}'::jsonb
+          WHEN jsonb_typeof(%s) = 'object' THEN %s
+          ELSE moongraph_store_refused('is not an object', $%d::text[], NULL::jsonb) END)]], acc, n, at, at, at, n)
+      else
+        acc = format([[jsonb_set(%s, $%d::text[], to_jsonb(CASE WHEN %s IS NULL THEN 0::bigint
+          WHEN jsonb_typeof(%s) = 'number' AND %s::text !~ '[.eE]' THEN %s::text::bigint
+          ELSE moongraph_store_refused('is not an integer', $%d::text[], NULL::bigint) END + $%d::bigint))]],
+          acc, n, at, at, at, at, n, n + 1)
+        n = n + 1
+      end
+    end
+    return acc
+  end
+  f = { steps = steps, paths = paths, sql = format([[
+INSERT INTO moongraph_store AS s
+  (namespace, key, value, created_at, updated_at, ttl_minutes, expires_at, embedding)
+VALUES ($1::text[], $2, %s, now(), now(), $4::float8, now() + $4::float8 * interval '1 minute', NULL)
+ON CONFLICT (namespace, key) DO UPDATE SET
+  value = %s, updated_at = EXCLUDED.updated_at,
+  created_at = CASE WHEN s.expires_at <= now() THEN EXCLUDED.created_at ELSE s.created_at END,
+  ttl_minutes = EXCLUDED.ttl_minutes, expires_at = EXCLUDED.expires_at, embedding = NULL]],
+    value_expr("'{}'::jsonb"),
+    value_expr("(CASE WHEN s.expires_at <= now() THEN '{}'::jsonb ELSE s.value END)")) }
+  if patch_n >= PATCH_SEEN then patch_forms, patch_n = {}, 0 end
+  patch_forms[id], patch_n = f, patch_n + 1
+  return f
+end
+
+local function patch_params(op, f)
+  local params = { ns_form(op).array, op.key, op.set and json.encode(op.set) or "{}", op.ttl or SQLNULL }
+  local k, adds = 0, op.adds
+  for i, step in ipairs(f.steps) do
+    params[#params + 1] = f.paths[i]
+    if step == "add" then
+      k = k + 1
+      params[#params + 1] = adds[k].n
+    end
+  end
+  return params
+end
+
+-- The item's lock, then the patch: sent ahead on a transaction (a refusal
+-- fails the transaction), else in a transaction of their own.
+local function patch_on(db, op)
+  local ok, err = (db.send or db.query)(db, "SELECT pg_advisory_xact_lock(hashtextextended($1, $2))",
+    { ns_form(op).json .. jstr(op.key), ITEM_LOCK_SEED })
+  if not ok then return nil, err end
+  local f = patch_form(op)
+  return (db.send or db.query)(db, f.sql, patch_params(op, f))
+end
+
+function store:_patch(op)
+  if self.in_tx then
+    local ok, err = patch_on(self.db, op)
+    if not ok then return nil, "store: " .. tostring(err) end
+    return true
+  end
+  local ok, err = ready(self)
+  if not ok then return nil, err end
+  -- (both sent: they go with the COMMIT, one round trip)
+  ok, err = self.db:transaction(function(tx)
+    local r, perr = patch_on(tx, op)
+    if not r then error(perr, 0) end
+    return true
+  end)
+  if not ok then return nil, "store: " .. tostring(err) end
+  return true
 end
 
 function store:_update(get, fn, opts)
