@@ -299,9 +299,9 @@ INSERT INTO messages (thread_id, turn, role, content, intent, job_id)
 VALUES ($1, $2, 'user', $3, $4, $5), ($1, $2, 'assistant', $6, $4, $5)
 ON CONFLICT DO NOTHING]], { t.thread_id, t.turn, t.message, arg(t.intent), t.job_id, t.answer or "" })
   if not ok then return nil, err end
-  -- the profile through the Store on tx: a read-modify-write under the
-  -- item's advisory lock (held until tx ends), so the merge stays in Lua
-  -- beside the profile's shape and the Store's table stays the Store's
+  -- the profile through the Store on tx: a patch (the turn's counts added
+  -- where the profile is kept, no read), sent with tx's next statement;
+  -- the Store's table stays the Store's
   local view
   view, err = self.store:with(tx)
   if not view then return nil, err end

@@ -10,13 +10,13 @@
 --   local profile = require "scripts.eco.profile"
 --   local p, err = profile.get(store, user_id)          -- value | nil | nil, err
 --   profile.record(store, user_id, { location =, intent = })   -- one answered turn
---   profile.after(p, turn)                              -- the profile after a turn (pure)
+--   profile.patch(turn)                                 -- that turn as a Store patch (pure)
 --   profile.import(db)                                  -- user_profiles rows into the Store
 --
--- record is one s:update: a read and a write that no other update of the
--- same profile can come between, so concurrent turns of one user all count.
--- Given the store on a transaction (s:with(tx)), it commits or rolls back
--- with that transaction.
+-- record is one s:patch (docs/store.md): the counts are added where the
+-- profile is kept, without reading it first, so concurrent turns of one
+-- user all count. Given the store on a transaction (s:with(tx)), it is sent
+-- with that transaction's next statement and commits or rolls back with it.
 
 local store_mod = require "moongraph.store"
 local pg = require "moongraph.pg"
@@ -42,27 +42,23 @@ function _M.get(store, user_id, opts)
   return nil
 end
 
--- The profile after one answered turn {location =, intent =} (either may
--- be nil: what a turn does not know, the profile keeps).
-function _M.after(p, turn)
-  p = type(p) == "table" and p or {}
-  local intents = {}
-  if type(p.intents) == "table" then
-    for k, v in pairs(p.intents) do intents[k] = v end
-  end
+-- One answered turn {location =, intent =} as a patch of the profile
+-- (either may be nil: what a turn does not know, the profile keeps).
+function _M.patch(turn)
+  local set = {}
+  if turn.location ~= nil then set.last_location = turn.location end
+  local add = { turns = 1 }
   local intent = turn.intent
-  if type(intent) == "string" then intents[intent] = (math_tointeger(intents[intent]) or 0) + 1 end
-  return {
-    last_location = turn.location or p.last_location,
-    last_intent = intent or p.last_intent,
-    intents = intents,
-    turns = (math_tointeger(p.turns) or 0) + 1,
-  }
+  if type(intent) == "string" then
+    set.last_intent = intent
+    add.intents = { [intent] = 1 }
+  end
+  return { set = set, add = add }
 end
 
--- record(store, user_id, turn) -> profile | nil, err
+-- record(store, user_id, turn) -> true | nil, err
 function _M.record(store, user_id, turn)
-  return store:update(_M.namespace(user_id), _M.KEY, function(p) return _M.after(p, turn) end)
+  return store:patch(_M.namespace(user_id), _M.KEY, _M.patch(turn))
 end
 
 local function nz(v)

@@ -132,11 +132,11 @@ end
 -- "interrupted"), answer, error, state (a table; or state_text, its JSON),
 -- worker, deliveries.
 --
--- With a fence the transaction is two round trips: what cleanup and also
--- write, then the fenced insert with the COMMIT. Should the job have a
--- result already (a race with another delivery), all of it rolls back and
--- a second transaction runs cleanup and reads the stored row: also's
--- writes are committed only with the row they go with.
+-- With a fence the fenced insert goes with the COMMIT, after what cleanup
+-- and also write: one round trip when those only send (tx:send). Should
+-- the job have a result already (a race with another delivery), all of it
+-- rolls back and a second transaction runs cleanup and reads the stored
+-- row: also's writes are committed only with the row they go with.
 function _M.commit(db, row, also, fence, cleanup)
   local state_text = row.state_text
   if not state_text then
