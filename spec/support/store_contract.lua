@@ -681,7 +681,8 @@ return function(name, make, env)
       it("refuses an addition to what is not an integer, or into what is not an object, writing nothing", function()
         with_store(function(s)
           local json = require "moongraph.json"
-          local v = { f = 1.5, s = "3", n = json.null, l = { 1, 2 }, i = 1, max = math.maxinteger }
+          local v = { f = 1.5, s = "3", n = json.null, l = { 1, 2 }, i = 1, max = math.maxinteger,
+                      min = math.mininteger }
           assert(s:put({ "u" }, "k", v))
           for _, case in ipairs {
             { { f = 1 }, "f is not an integer" },
@@ -689,13 +690,29 @@ return function(name, make, env)
             { { n = 1 }, "n is not an integer" },
             { { l = { a = 1 } }, "l is not an object" },
             { { i = { a = 1 } }, "i is not an object" },
-            { { i = 1, max = 1 }, "range" },
+            { { i = 1, max = 1 }, "max is out of the integer range" },
+            { { i = -(1 << 62), min = -1 }, "min is out of the integer range" },
           } do
             local r, err = s:patch({ "u" }, "k", { set = { touched = true }, add = case[1] })
             assert.is_nil(r)
             assert.truthy(tostring(err):find(case[2], 1, true), tostring(err))
           end
           assert.same(v, assert(s:get({ "u" }, "k")).value)
+        end)
+      end)
+
+      it("tells apart field names that hold separators: each patch adds to its own fields", function()
+        with_store(function(s)
+          assert(s:patch({ "t" }, "a", { add = { ["p\1q"] = 1 } }))
+          assert(s:patch({ "t" }, "b", { add = { p = 1, q = 2 } }))
+          assert(s:patch({ "t" }, "a", { add = { ["x.y"] = 1, [""] = 1 } }))
+          assert(s:patch({ "t" }, "b", { add = { x = { y = 3 } } }))
+          assert(s:patch({ "t" }, "c", { add = { ["1:p"] = 4 } }))
+          assert(s:patch({ "t" }, "d", { add = { ["1"] = { p = 5 } } }))
+          assert.same({ ["p\1q"] = 1, ["x.y"] = 1, [""] = 1 }, assert(s:get({ "t" }, "a")).value)
+          assert.same({ p = 1, q = 2, x = { y = 3 } }, assert(s:get({ "t" }, "b")).value)
+          assert.same({ ["1:p"] = 4 }, assert(s:get({ "t" }, "c")).value)
+          assert.same({ ["1"] = { p = 5 } }, assert(s:get({ "t" }, "d")).value)
         end)
       end)
 
@@ -752,6 +769,12 @@ return function(name, make, env)
             { "u" }, "k", { set = { x = 1 }, add = { x = { y = 1 } } })
           raises("bad argument #3 to 'patch' %(patch.set.f ", { "u" }, "k", { set = { f = print } })
           raises("bad argument #3 to 'patch' %(patch.set must be a table of fields", { "u" }, "k", { set = { 1 } })
+          local loop = {}
+          loop.a = loop
+          raises("bad argument #3 to 'patch' %(patch.add.a is a table that contains itself%)", { "u" }, "k", { add = loop })
+          local many = {}
+          for i = 1, 101 do many["f" .. i] = 1 end
+          raises("bad argument #3 to 'patch' %(patch.add holds more than 100 integers%)", { "u" }, "k", { add = many })
           raises("bad argument #1 to 'patch' %(namespace must not be empty%)", {}, "k", {})
           raises("bad argument #4 to 'patch' %(unknown option 'bogus'%)", { "u" }, "k", {}, { bogus = 1 })
         end)

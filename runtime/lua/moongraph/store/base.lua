@@ -368,13 +368,20 @@ local function path_label(path, upto)
   return concat(path, ".", 1, upto or #path)
 end
 
--- The integer additions of patch.add, flattened: {path =, n =} per leaf.
-local function flatten_adds(t, prefix, out, fname, argn, lvl)
+-- the most integers one patch adds
+local PATCH_ADDS = 100
+_M.PATCH_ADDS = PATCH_ADDS
+
+-- The integer additions of patch.add, flattened: {path =, n =, sort_key =}
+-- per leaf (sort_key: the path joined with NUL, which no field name holds).
+local function flatten_adds(t, prefix, out, seen, fname, argn, lvl)
   local function where() return "patch.add" .. (#prefix > 0 and "." .. path_label(prefix) or "") end
   if type(t) ~= "table" or getmetatable(t) ~= nil or #t > 0 then
     bad(fname, argn, where() .. " must be a table of fields, got " ..
       (type(t) == "table" and "a list" or type(t)), lvl + 1)
   end
+  if seen[t] then bad(fname, argn, where() .. " is a table that contains itself", lvl + 1) end
+  seen[t] = true
   for k, v in pairs(t) do
     if type(k) ~= "string" then bad(fname, argn, where() .. " has a " .. type(k) .. " key; fields are strings", lvl + 1) end
     if not check_text(k) then bad(fname, argn, where() .. " has a field name that is not UTF-8 text without NUL", lvl + 1) end
@@ -382,9 +389,10 @@ local function flatten_adds(t, prefix, out, fname, argn, lvl)
     for i = 1, #prefix do path[i] = prefix[i] end
     path[#path + 1] = k
     if math_type(v) == "integer" then
+      if #out >= PATCH_ADDS then bad(fname, argn, "patch.add holds more than " .. PATCH_ADDS .. " integers", lvl + 1) end
       out[#out + 1] = { path = path, n = v, sort_key = concat(path, "\0") }
     elseif type(v) == "table" and getmetatable(v) == nil then
-      flatten_adds(v, path, out, fname, argn, lvl + 1)
+      flatten_adds(v, path, out, seen, fname, argn, lvl + 1)
     else
       bad(fname, argn, where() .. "." .. k .. " must be an integer or a table of them, got " ..
         (math_type(v) == "float" and "a float" or type(v)), lvl + 1)
@@ -416,7 +424,7 @@ local function patch_op(store, ns, key, p, opts, fname, a, lvl)
     set, err = copy_value(p.set, "patch.set", {})
     if set == nil then bad(fname, a + 2, err, lvl + 1) end
   end
-  local adds = p.add ~= nil and flatten_adds(p.add, {}, {}, fname, a + 2, lvl + 1) or {}
+  local adds = p.add ~= nil and flatten_adds(p.add, {}, {}, {}, fname, a + 2, lvl + 1) or {}
   for _, x in ipairs(adds) do
     if set and set[x.path[1]] ~= nil then
       bad(fname, a + 2, "field '" .. x.path[1] .. "' is both in patch.set and in patch.add", lvl + 1)

@@ -711,9 +711,14 @@ local PATCH_SEEN = 256
 local patch_forms, patch_n = {}, 0
 
 local function patch_form(op)
+  -- the id: each path's labels, each with its length (names may hold any
+  -- byte but NUL)
   local id_parts = {}
-  for i, a in ipairs(op.adds) do id_parts[i] = a.sort_key end
-  local id = concat(id_parts, "\1")
+  for _, a in ipairs(op.adds) do
+    for _, l in ipairs(a.path) do id_parts[#id_parts + 1] = #l .. ":" .. l end
+    id_parts[#id_parts + 1] = "/"
+  end
+  local id = concat(id_parts)
   local f = patch_forms[id]
   if f then return f end
   local paths, steps, made = {}, {}, {}   -- steps: "parent" or "add", in order
@@ -739,10 +744,15 @@ local function patch_form(op)
           WHEN jsonb_typeof(%s) = 'object' THEN %s
           ELSE moongraph_store_refused('is not an object', $%d::text[], NULL::jsonb) END)]], acc, n, at, at, at, n)
       else
-        acc = format([[jsonb_set(%s, $%d::text[], to_jsonb(CASE WHEN %s IS NULL THEN 0::bigint
-          WHEN jsonb_typeof(%s) = 'number' AND %s::text !~ '[.eE]' THEN %s::text::bigint
-          ELSE moongraph_store_refused('is not an integer', $%d::text[], NULL::bigint) END + $%d::bigint))]],
-          acc, n, at, at, at, at, n, n + 1)
+        -- in numeric, so that a sum past 64 bits is refused naming the field
+        local sum = format([[(CASE WHEN %s IS NULL THEN 0::numeric
+          WHEN jsonb_typeof(%s) = 'number' AND %s::text !~ '[.eE]' THEN %s::text::numeric
+          ELSE moongraph_store_refused('is not an integer', $%d::text[], NULL::numeric) END + $%d::numeric)]],
+          at, at, at, at, n, n + 1)
+        acc = format([[jsonb_set(%s, $%d::text[], to_jsonb(CASE
+          WHEN %s BETWEEN -9223372036854775808 AND 9223372036854775807 THEN %s
+          ELSE moongraph_store_refused('is out of the integer range', $%d::text[], NULL::numeric) END))]],
+          acc, n, sum, sum, n)
         n = n + 1
       end
     end
@@ -787,6 +797,7 @@ local function patch_on(db, op)
 end
 
 function store:_patch(op)
+  if op.ttl then self.ttl_seen = true end
   if self.in_tx then
     local ok, err = patch_on(self.db, op)
     if not ok then return nil, "store: " .. tostring(err) end
