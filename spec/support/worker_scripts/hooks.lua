@@ -9,6 +9,8 @@
 --   refuse       the input hook raises (the job is refused)
 --   busy         the input hook returns nil, err this many times first
 --   bad_record   the record hook fails every time
+--   bad_sent     the record hook sends a statement that fails every time
+--                (the failure shows at the commit, not in the hook)
 local mg = require "moongraph"
 
 local _M = {}
@@ -51,6 +53,7 @@ CREATE TABLE hookspec_records (job_id text PRIMARY KEY, answer text, status text
   record = function(tx, job, state, result, env)
     count(env, job, "record")
     if job.input.bad_record then return nil, "record refuses" end
+    if job.input.bad_sent then return tx:send("SELECT 1 / 0") end
     return tx:query("INSERT INTO hookspec_records (job_id, answer, status) VALUES ($1, $2, $3)",
       { job.job_id, result.answer or "", result.status })
   end,

@@ -71,8 +71,9 @@ local floor, min = math.floor, math.min
 
 local _M = {}
 
--- Attempts at storing the result while the `record` hook fails; then the
--- job is stored as failed without it.
+-- Attempts at storing the result while the `record` hook fails (or a
+-- statement it sent fails at the commit, for a reason other than the
+-- database being away); then the job is stored as failed without it.
 _M.RECORD_ATTEMPTS = 3
 
 local function ms(sec) return floor(sec * 1e6 + 0.5) / 1000 end
@@ -804,6 +805,10 @@ function _M.run(W, entry, js)
     if got == FENCED then
       fenced = true
       return true
+    end
+    if also and not hook_err and not transient(got) then
+      -- a statement the hook sent (tx:send) failed with the commit
+      hook_err = first_line(got)
     end
     if hook_err then
       record_failures = record_failures + 1
