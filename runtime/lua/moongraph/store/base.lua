@@ -17,12 +17,13 @@ Checked operations (what a backend receives):
                      limit =, offset =, refresh = bool }
   { kind = "list",   prefix =, suffix =, max_depth =, limit =, offset = }
 
-A backend may also supply `self:_patch(op, opts)` for s:patch; without it a
-patch is an `_update` that applies it in Lua (`apply_patch`). The op:
+A backend may also supply `self:_patch(op)` for s:patch (used unless the
+item is to be embedded: an index in effect); without it a patch is an
+`_update` that applies it in Lua (`apply_patch`). The op:
 
   { kind = "patch",  ns =, nskey =, key =, set = table|nil,
-                     adds = { {path = {field, ...}, n = integer}, ... } (sorted by path),
-                     ttl = minutes|nil }
+                     adds = { {path = {field, ...}, n = integer, sort_key =}, ... } (sorted by path),
+                     ttl = minutes|nil, index = nil|false|{paths} }
 
 `nskey` is the namespace's labels joined with "\0": labels hold no NUL, so
 the join is unique, and byte order of joined keys is the tuple order of
