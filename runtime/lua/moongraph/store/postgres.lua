@@ -701,12 +701,13 @@ local function locked_update(v, get, fn, opts)
 end
 
 -- The statement of a patch and the text[] literals of its paths, by the
--- patch's add paths (up to PATCH_SEEN of them): an upsert whose new value
--- is the old one (or {} for none, or an expired one) with the sets merged
--- in and the adds applied, parents made first; a value an addition
+-- patch's add paths (up to PATCH_SEEN of them): an upsert of the value the
+-- patch makes of no item (computed here, as the memory store does), whose
+-- update of a live item applies the patch to the item's value in SQL: the
+-- sets merged in, then the adds, parents made first; a value an addition
 -- cannot take calls moongraph_store_refused. $1 namespace, $2 key, $3
--- sets, $4 ttl, then per parent object its path, per add its path and
--- amount (paths are parameters, never spliced).
+-- sets, $4 ttl, $5 the value of a new item, then per parent object its
+-- path, per add its path and amount (paths are parameters, never spliced).
 local PATCH_SEEN = 256
 local patch_forms, patch_n = {}, 0
 
@@ -734,47 +735,44 @@ local function patch_form(op)
     paths[#paths + 1] = pg_array(a.path)
     steps[#steps + 1] = "add"
   end
-  local function value_expr(old)
-    local acc, n = "(" .. old .. " || $3::jsonb)", 4
-    for _, step in ipairs(steps) do
+  local acc, n = "(s.value || $3::jsonb)", 5
+  for _, step in ipairs(steps) do
+    n = n + 1
+    local at = format("(s.value #> $%d::text[])", n)
+    if step == "parent" then
+      acc = format([[jsonb_set(%s, $%d::text[], CASE WHEN %s IS NULL THEN '{}'::jsonb
+        WHEN jsonb_typeof(%s) = 'object' THEN %s
+        ELSE moongraph_store_refused('is not an object', $%d::text[], NULL::jsonb) END)]], acc, n, at, at, at, n)
+    else
+      -- in numeric, so that a sum past 64 bits is refused naming the field
+      local sum = format([[(CASE WHEN %s IS NULL THEN 0::numeric
+        WHEN jsonb_typeof(%s) = 'number' AND %s::text !~ '[.eE]' THEN %s::text::numeric
+        ELSE moongraph_store_refused('is not an integer', $%d::text[], NULL::numeric) END + $%d::numeric)]],
+        at, at, at, at, n, n + 1)
+      acc = format([[jsonb_set(%s, $%d::text[], to_jsonb(CASE
+        WHEN %s BETWEEN -9223372036854775808 AND 9223372036854775807 THEN %s
+        ELSE moongraph_store_refused('is out of the integer range', $%d::text[], NULL::numeric) END))]],
+        acc, n, sum, sum, n)
       n = n + 1
-      local at = format("(%s #> $%d::text[])", old, n)
-      if step == "parent" then
-        acc = format([[jsonb_set(%s, $%d::text[], CASE WHEN %s IS NULL THEN '{}'::jsonb
-          WHEN jsonb_typeof(%s) = 'object' THEN %s
-          ELSE moongraph_store_refused('is not an object', $%d::text[], NULL::jsonb) END)]], acc, n, at, at, at, n)
-      else
-        -- in numeric, so that a sum past 64 bits is refused naming the field
-        local sum = format([[(CASE WHEN %s IS NULL THEN 0::numeric
-          WHEN jsonb_typeof(%s) = 'number' AND %s::text !~ '[.eE]' THEN %s::text::numeric
-          ELSE moongraph_store_refused('is not an integer', $%d::text[], NULL::numeric) END + $%d::numeric)]],
-          at, at, at, at, n, n + 1)
-        acc = format([[jsonb_set(%s, $%d::text[], to_jsonb(CASE
-          WHEN %s BETWEEN -9223372036854775808 AND 9223372036854775807 THEN %s
-          ELSE moongraph_store_refused('is out of the integer range', $%d::text[], NULL::numeric) END))]],
-          acc, n, sum, sum, n)
-        n = n + 1
-      end
     end
-    return acc
   end
   f = { steps = steps, paths = paths, sql = format([[
 INSERT INTO moongraph_store AS s
   (namespace, key, value, created_at, updated_at, ttl_minutes, expires_at, embedding)
-VALUES ($1::text[], $2, %s, now(), now(), $4::float8, now() + $4::float8 * interval '1 minute', NULL)
+VALUES ($1::text[], $2, $5::jsonb, now(), now(), $4::float8, now() + $4::float8 * interval '1 minute', NULL)
 ON CONFLICT (namespace, key) DO UPDATE SET
-  value = %s, updated_at = EXCLUDED.updated_at,
+  value = CASE WHEN s.expires_at <= now() THEN EXCLUDED.value ELSE %s END,
+  updated_at = EXCLUDED.updated_at,
   created_at = CASE WHEN s.expires_at <= now() THEN EXCLUDED.created_at ELSE s.created_at END,
-  ttl_minutes = EXCLUDED.ttl_minutes, expires_at = EXCLUDED.expires_at, embedding = NULL]],
-    value_expr("'{}'::jsonb"),
-    value_expr("(CASE WHEN s.expires_at <= now() THEN '{}'::jsonb ELSE s.value END)")) }
+  ttl_minutes = EXCLUDED.ttl_minutes, expires_at = EXCLUDED.expires_at, embedding = NULL]], acc) }
   if patch_n >= PATCH_SEEN then patch_forms, patch_n = {}, 0 end
   patch_forms[id], patch_n = f, patch_n + 1
   return f
 end
 
 local function patch_params(op, f)
-  local params = { ns_form(op).array, op.key, op.set and json.encode(op.set) or "{}", op.ttl or SQLNULL }
+  local params = { ns_form(op).array, op.key, op.set and json.encode(op.set) or "{}", op.ttl or SQLNULL,
+    json.encode(base.apply_patch(nil, op)) }
   local k, adds = 0, op.adds
   for i, step in ipairs(f.steps) do
     params[#params + 1] = f.paths[i]
