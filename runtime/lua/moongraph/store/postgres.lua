@@ -678,17 +678,20 @@ function store:with(tx)
   return view(s, tx)
 end
 
--- The item's transaction-scoped advisory lock (keyed by a hash of its
--- namespace and key; a collision only makes two items wait for each
--- other), then read, change, write: all on the view's transaction. The
--- lock rather than SELECT ... FOR UPDATE because the item may not exist
--- yet, and two first writers must not both start from nothing.
+-- The item's transaction-scoped advisory lock, taken by updates and
+-- patches (keyed by a hash of its namespace and key; a collision only
+-- makes two items wait for each other). The lock rather than SELECT ...
+-- FOR UPDATE because the item may not exist yet, and two first writers
+-- must not both start from nothing. In a transaction it is sent ahead,
+-- with what follows it (one round trip): its result is not needed.
+local function lock_item(db, op)
+  return (db.send or db.query)(db, "SELECT pg_advisory_xact_lock(hashtextextended($1, $2))",
+    { ns_form(op).json .. jstr(op.key), ITEM_LOCK_SEED })
+end
+
+-- The item's lock, then read, change, write: all on the view's transaction.
 local function locked_update(v, get, fn, opts)
-  -- in a transaction the lock goes with the read (one round trip): its
-  -- result is not needed
-  local db = v.db
-  local ok, err = (db.send or db.query)(db, "SELECT pg_advisory_xact_lock(hashtextextended($1, $2))",
-    { ns_form(get).json .. jstr(get.key), ITEM_LOCK_SEED })
+  local ok, err = lock_item(v.db, get)
   if not ok then return nil, "store: " .. tostring(err) end
   local res
   res, err = v:_batch({ get })
@@ -787,8 +790,7 @@ end
 -- The item's lock, then the patch: sent ahead on a transaction (a refusal
 -- fails the transaction), else in a transaction of their own.
 local function patch_on(db, op)
-  local ok, err = (db.send or db.query)(db, "SELECT pg_advisory_xact_lock(hashtextextended($1, $2))",
-    { ns_form(op).json .. jstr(op.key), ITEM_LOCK_SEED })
+  local ok, err = lock_item(db, op)
   if not ok then return nil, err end
   local f = patch_form(op)
   return (db.send or db.query)(db, f.sql, patch_params(op, f))
