@@ -83,6 +83,50 @@ return function(name, make, env)
       end)
     end)
 
+    it("saves a table changed in place since the last put, the same table put again", function()
+      with_saver(function(s)
+        local list = { 1 }
+        local c = assert(s:put({ thread_id = "t" }, cp("0001", { list = list, n = 1 }), {}))
+        list[2] = 2
+        c = assert(s:put(c, cp("0002", { list = list, n = 1 }, 1), {}))
+        assert.same({ 1, 2 }, s:get({ thread_id = "t" }).checkpoint.values.list)
+        -- what get returned, changed and put back
+        local values = s:get({ thread_id = "t" }).checkpoint.values
+        values.list[3] = 3
+        assert(s:put(c, cp("0003", values, 2), {}))
+        assert.same({ 1, 2, 3 }, s:get({ thread_id = "t" }).checkpoint.values.list)
+        assert.same({ 1, 2 }, s:get({ thread_id = "t", checkpoint_id = "0002" }).checkpoint.values.list)
+      end)
+    end)
+
+    it("under every durability, keeps a list a node extended in place and returned", function()
+      mg.run(function()
+        local s = make()
+        local g = mg.graph {}
+        g:add_node("push", function(st)
+          local l = st.list or {}
+          l[#l + 1] = #l + 1        -- the state's own table, changed and returned
+          return { list = l }
+        end)
+        g:add_node("again", function(st)
+          st.list[#st.list + 1] = #st.list + 1
+          return { list = st.list }
+        end)
+        g:add_edge(mg.START, "push"):add_edge("push", "again")
+        local app = g:compile { checkpointer = s }
+        for _, durability in ipairs { "sync", "async", "exit" } do
+          local thread = "inplace-" .. durability
+          for run = 1, 2 do
+            -- the second run starts from the state the first one saved
+            local out = assert(app:invoke({}, { thread_id = thread, durability = durability }))
+            assert.equal(2 * run, #out.list)
+            local saved = app:get_state({ thread_id = thread }).values.list
+            assert.same(out.list, saved, durability .. ", run " .. run)
+          end
+        end
+      end)
+    end)
+
     it("get returns nil for an unknown thread or checkpoint", function()
       with_saver(function(s)
         assert.is_nil(s:get { thread_id = "none" })

@@ -21,9 +21,9 @@ A state value is written only when it changed: the saver remembers the
 value and the JSON of every key it last wrote or read for a thread (and
 namespace), and an unchanged key points at the blob version already stored,
 so a large value that stays the same is stored once however many steps
-follow. A key holding the very same Lua value as last time is not encoded
-again (the engine never changes a state value in place: nodes and reducers
-return new ones, docs/graphs.md); another value is encoded and compared. A blob's
+follow. A value is encoded and its JSON compared; a batch entry marked
+`owned` (the async writer's copies, which nobody changes) skips that for a
+key that holds the very same table as last time. A blob's
 version is the id of the checkpoint that first held the value. A checkpoint and its new blobs go in
 one statement, so they are saved together or not at all.
 
@@ -315,7 +315,11 @@ end
 
 -- Add checkpoint `cp` (parent cfg.checkpoint_id) to the batch; returns the
 -- value-cache entries to mark stored once the batch is in | nil, err.
-local function add_put(self, b, cfg, checkpoint, metadata)
+-- owned: its values are copies nobody changes, so a value that is the very
+-- table the cache holds is unchanged. Another caller's tables may have been
+-- changed in place since (a node that appends to a list it read and
+-- returns it): each is encoded.
+local function add_put(self, b, cfg, checkpoint, metadata, owned)
   local ns = cfg.checkpoint_ns or ""
   local id = checkpoint.id
   local body = {}
@@ -333,7 +337,7 @@ local function add_put(self, b, cfg, checkpoint, metadata)
     end
     local k = known[channel]
     local text
-    if k and rawequal(k.value, value) then
+    if owned and k and rawequal(k.value, value) then
       text = k.text
     else
       local eerr
@@ -456,9 +460,11 @@ function saver:put_writes(cfg, task_id, writes)
 end
 
 --[[ put_batch(list) -> true | nil, err
-list: { {op = "put", a = cfg, b = checkpoint, c = metadata} |
+list: { {op = "put", a = cfg, b = checkpoint, c = metadata [, owned = true]} |
         {op = "put_writes", a = cfg, b = task_id, c = writes}, ... }, all of
-one thread, in order: saved together in one statement, or none of them. ]]
+one thread, in order: saved together in one statement, or none of them.
+owned: the checkpoint's values are copies nobody changes (the engine's
+async writer). ]]
 function saver:put_batch(list)
   if type(list) ~= "table" then
     error("bad argument #1 to 'put_batch': list of writes expected, got " .. type(list), 2)
@@ -486,7 +492,7 @@ function saver:put_batch(list)
   local b = new_batch()
   for _, o in ipairs(list) do
     if o.op == "put" then
-      ok, err = add_put(self, b, o.a, o.b, o.c)
+      ok, err = add_put(self, b, o.a, o.b, o.c, o.owned == true)
     else
       ok, err = add_writes(b, o.a, o.b, o.c)
     end

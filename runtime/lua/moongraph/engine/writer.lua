@@ -267,11 +267,12 @@ function _M.adopt_cfg(run, got)
   end
 end
 
---[[ The checkpoint cp as the async writer keeps it: its values copied, and
-the Send args in its `next` list. The rest of cp, and the metadata, the
-engine made for this checkpoint alone and never changes. Channels unchanged
-since the last put keep their copy's identity, so a saver can skip
-re-encoding them (w.last_values: that copy). ]]
+--[[ snapshot(w, cp) -> the checkpoint cp as the async writer keeps it, and
+whether its values are a copy: its values copied, and the Send args in its
+`next` list. The rest of cp, and the metadata, the engine made for this
+checkpoint alone and never changes. Channels unchanged since the last put
+keep their copy's identity, so a saver can skip re-encoding them
+(w.last_values: that copy). ]]
 local function snapshot(w, cp)
   local s = {}
   for k, v in pairs(cp) do s[k] = v end
@@ -289,7 +290,7 @@ local function snapshot(w, cp)
       end
     end
   end
-  return s
+  return s, values ~= nil
 end
 
 function _M.put(run, op, a, b, c)
@@ -323,8 +324,9 @@ function _M.put(run, op, a, b, c)
     -- the run's data as it is now: the run goes on, and its nodes may
     -- change tables this write holds before the writer task reaches it (a
     -- value that cannot be saved goes as it is: the saver names it)
+    local owned = nil
     if op == "put" then
-      b = snapshot(w, b)
+      b, owned = snapshot(w, b)
     elseif type(c) == "table" then
       c = copy(c) or c
     end
@@ -334,7 +336,8 @@ function _M.put(run, op, a, b, c)
     if w.limit > 1 then
       key = op == "put" and b.id or (a.checkpoint_ns .. "\0" .. a.checkpoint_id .. "\0" .. b)
     end
-    w.q:put { op = op, a = a, b = b, c = c, key = key }
+    -- (owned: the values are copies nobody changes, see put_batch)
+    w.q:put { op = op, a = a, b = b, c = c, key = key, owned = owned }
   else -- exit: remember the latest checkpoint of this namespace and its writes
     local ex = run.exit
     if op == "put" then
