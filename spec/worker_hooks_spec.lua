@@ -158,6 +158,8 @@ describe("moongraph worker with a script of its own", function()
       -- the hooks: input, record and committed once (the first delivery),
       -- forget once (the second)
       assert.equal(1, calls(r, "hooked", "input"))
+      -- (prefetch: at each delivery that claims the thread)
+      assert.equal(2, calls(r, "hooked", "prefetch"))
       assert.equal(1, calls(r, "hooked", "record"))
       assert.equal(1, calls(r, "hooked", "committed"))
       assert.equal(1, calls(r, "hooked", "forget"))
@@ -170,6 +172,43 @@ describe("moongraph worker with a script of its own", function()
     end)
     stop(w)
     assert.equal(1, #w:logged("job already has a result"))
+  end)
+
+  it("sends the prefetch hook's reads with the claim of the thread, and reads without them when it fails", function()
+    local w = env:worker { "--script", HOOKS, "--concurrency", "4" }
+    mg.run(function()
+      w:wait_started()
+      local r, db = env:conns()
+      local c = assert(client.connect { redis = r })
+      local ids = {
+        ok = assert(c:submit { script = "hooks", thread_id = "t-pf", user_id = "u", input = { text = "a" } }),
+        sql = assert(c:submit { script = "hooks", thread_id = "t-pf-sql", user_id = "u",
+          input = { text = "b", bad_prefetch = "sql" } }),
+        raise = assert(c:submit { script = "hooks", thread_id = "t-pf-raise", user_id = "u",
+          input = { text = "c", bad_prefetch = "raise" } }),
+      }
+      for what, id in pairs(ids) do
+        local _, done = events_of(c, id)
+        assert.equal("done", done.data.status, what)
+        assert.equal(1, calls(r, id, "input"), what)
+      end
+      -- the read ran after the claim: it saw the fence token the job's lease wrote
+      local fence = assert(db:query("SELECT token::text AS token FROM thread_fences WHERE thread_id = 't-pf'"))[1]
+      assert.equal(fence.token, r:call("GET", "moongraph:hookspec:" .. ids.ok .. ":prefetched"))
+      -- a failing prefetch: the claim went again without it, the input hook found nothing
+      for _, what in ipairs { "sql", "raise" } do
+        assert.equal("nil", r:call("GET", "moongraph:hookspec:" .. ids[what] .. ":prefetched"), what)
+        assert.equal(1, calls(r, ids[what], "prefetch"), what)
+      end
+    end)
+    stop(w)
+    local warned = w:logged("the prefetch hook failed")
+    assert.equal(2, #warned)
+    local reasons = {}
+    for _, l in ipairs(warned) do reasons[#reasons + 1] = l.error end
+    table.sort(reasons)
+    assert.matches("division by zero", reasons[1])
+    assert.matches("prefetch refuses", reasons[2])
   end)
 
   it("after kill -9, the worker that resumes the job records it once and does not build its input again", function()

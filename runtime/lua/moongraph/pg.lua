@@ -11,6 +11,7 @@
 --     local rows2 = tx:query(sql2, params2)
 --     local rows1 = first()
 --   end)
+--   tx:is_open()                           -- false once its COMMIT went
 --   local pool = pg.pool(url, { size = 8 })                  -- same methods as db
 --
 -- Statements take $1..$n parameters only; values are never spliced into the
@@ -212,6 +213,12 @@ end
 function Tx:commit_with_next()
   tx_check(self, "commit_with_next")
   self.commit_next = true
+end
+
+-- tx:is_open() -> whether the transaction takes statements still (false
+-- once its COMMIT went, after tx:commit_with_next, or it ended).
+function Tx:is_open()
+  return getmetatable(self) == Tx and not self.finished
 end
 
 -- tx:send(sql [, params]) -> true | nil, err: a statement whose results the

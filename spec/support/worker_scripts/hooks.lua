@@ -11,6 +11,11 @@
 --   bad_record   the record hook fails every time
 --   bad_sent     the record hook sends a statement that fails every time
 --                (the failure shows at the commit, not in the hook)
+--   bad_prefetch "sql": the prefetch hook sends a statement that fails;
+--                "raise": it raises
+-- The prefetch hook reads the thread's fence token in the claim's
+-- transaction; the input hook keeps what it found in Redis
+-- (PREFIX:hookspec:<job_id>:prefetched).
 local mg = require "moongraph"
 
 local _M = {}
@@ -37,8 +42,26 @@ _M.worker = {
 CREATE TABLE hookspec_records (job_id text PRIMARY KEY, answer text, status text)]] },
   },
 
+  prefetch = function(tx, job, env)
+    count(env, job, "prefetch")
+    if job.input.bad_prefetch == "raise" then error("prefetch refuses", 0) end
+    if job.input.bad_prefetch == "sql" then
+      local ok, err = tx:send("SELECT 1 / 0")
+      if not ok then error(err, 0) end
+    end
+    local fence, err = tx:defer("SELECT token::text AS token FROM thread_fences WHERE thread_id = $1",
+      { job.thread_id })
+    if not fence then error(err, 0) end
+    return function()
+      local rows, ferr = fence()
+      if not rows then error(ferr, 0) end
+      env.scratch.prefetched = rows[1] and rows[1].token or "no fence"
+    end
+  end,
+
   input = function(job, env)
     local n = count(env, job, "input")
+    env.redis:call("SET", env.key("hookspec", job.job_id, "prefetched"), tostring(env.scratch.prefetched))
     if job.input.refuse then error("this job asks to be refused", 0) end
     if job.input.busy and n <= job.input.busy then return nil, "busy, attempt " .. n end
     env.scratch.from_input = "scratch ok"

@@ -626,9 +626,22 @@ function _M.run(W, entry, js)
   local lease, lerr, linfo = take_thread(W, j, js, log, deadline)
   if lease then
     js.lease = lease
-    -- fence: from now on a stalled earlier holder cannot commit
+    -- fence: from now on a stalled earlier holder cannot commit. The
+    -- script's prefetch reads go with it (one round trip); should the claim
+    -- fail with them for another reason than the database being away, it
+    -- goes without them and the input hook reads for itself.
+    local prefetch = nil
+    if hooks.prefetch and not j.run then
+      prefetch = function(tx) return hooks.prefetch(tx, j, env) end
+    end
     local claim, cerr = retry(W, log, "claiming the thread", deadline, function()
-      local c, e = results.claim(W.db, j.thread_id, lease.token, ask_with_claim and j.job_id or nil)
+      local c, e = results.claim(W.db, j.thread_id, lease.token, ask_with_claim and j.job_id or nil, prefetch)
+      if c == nil and prefetch and not transient(e) then
+        log:warn("the prefetch hook failed: claiming the thread without it", { error = first_line(e) })
+        prefetch = nil
+        env.scratch = {}
+        c, e = results.claim(W.db, j.thread_id, lease.token, ask_with_claim and j.job_id or nil)
+      end
       if c == nil then return nil, e end
       return { claimed = c, stored = e }
     end)

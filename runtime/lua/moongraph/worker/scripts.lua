@@ -42,7 +42,7 @@ local _M = {}
 local Reg = {}
 Reg.__index = Reg
 
-_M.HOOKS = { "input", "result", "record", "committed", "forget", "erase" }
+_M.HOOKS = { "prefetch", "input", "result", "record", "committed", "forget", "erase" }
 local KNOWN = { scope = true, migrations = true }
 for _, h in ipairs(_M.HOOKS) do KNOWN[h] = true end
 
