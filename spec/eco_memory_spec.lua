@@ -108,6 +108,50 @@ describe("Eco² conversation memory", function()
     assert.equal(2, #m.messages)
   end)
 
+  it("is read along with a claim: L1 checked against L2's turn, or L2 when L1 has nothing", function()
+    local url = fresh_db()
+    local out = mg.run(function()
+      local db = assert(pg.connect(url))
+      local r = assert(redis.connect(rsrv.url))
+      local mem = memory.new { redis = r, db = db, key = config.key_helper("mgspec3") }
+      -- the worker's claim: a statement sent, the prefetch, then the claim's
+      -- result (with the COMMIT, unless the prefetch's query carried it)
+      local function claim(thread)
+        return assert(db:transaction(function(tx)
+          local claimed = assert(tx:defer("SELECT 1 AS claimed"))
+          local after = mem:prefetch(tx, thread, "u")
+          if tx:is_open() then tx:commit_with_next() end
+          assert(claimed())
+          return after and { after() } or "none"
+        end))
+      end
+      local function record(turn)
+        assert(db:transaction(function(tx)
+          return assert(mem:record(tx, { thread_id = "th", user_id = "u", job_id = "j" .. turn, turn = turn,
+            intent = "waste", location = "부산", message = "q" .. turn, answer = "a" .. turn }))
+        end))
+      end
+      local o = {}
+      o.new = claim("th")[1]                -- (the Store reads its schema first)
+      record(1)
+      record(2)
+      o.l2 = claim("th")[1]
+      assert(mem:cache("th", o.l2))
+      o.l1 = claim("th")[1]
+      record(3)                             -- a turn L1 did not get
+      o.behind = claim("th")
+      rsrv:stop("kill")
+      o.no_redis = claim("th")
+      rsrv:start()
+      return o
+    end)
+    assert.same({ "new", 0 }, { out.new.source, out.new.turn })
+    assert.same({ "postgres", 2, "부산", 4 }, { out.l2.source, out.l2.turn, out.l2.location, #out.l2.messages })
+    assert.same({ "redis", 2, 4 }, { out.l1.source, out.l1.turn, #out.l1.messages })
+    assert.same({}, out.behind)             -- after() gave nil: the input hook reads L2
+    assert.equal("none", out.no_redis)
+  end)
+
   describe("the user profile in the Store", function()
     local function turn(job, intent, location, thread)
       return { thread_id = thread or "th", user_id = "u1", job_id = job, turn = 1, intent = intent,

@@ -17,6 +17,8 @@
 --   local m, err = mem:load(thread_id, user_id)
 --     -- m = { source = "redis"|"postgres"|"new", turn, intent, location, summary,
 --     --       messages = { {role, content, turn, intent}, ... } }   oldest first
+--   local after = mem:prefetch(tx, thread_id, user_id)   -- read with the worker's claim
+--     -- after() -> m | nil (L1 is behind L2: load(thread_id, user_id, true) reads L2)
 --   mem:record(tx, turn_record)      -- inside the transaction that stores the result
 --   mem:cache(thread_id, m)          -- write L1 (idempotent)
 --   mem:invalidate(thread_id)
@@ -165,9 +167,11 @@ function Mem:load_l1(thread_id)
   }
 end
 
--- L2 only: m (source "postgres", or "new" for an unknown thread) | nil, err.
--- One transaction: the conversation with its recent messages (one
--- statement) and the user's profile.
+-- The L2 reads on tx: the conversation with its recent messages (one
+-- statement, sent ahead) and the user's profile (a Store read: the round
+-- trip that carries what tx sent, and its COMMIT after
+-- tx:commit_with_next) -> m (source "postgres", or "new" for an unknown
+-- thread) | raises.
 local LOAD = [[
 SELECT c.turn, c.last_intent, c.summary::text AS summary,
   (SELECT json_agg(json_build_array(m.role, m.content, m.turn, m.intent) ORDER BY m.id)::text
@@ -177,45 +181,82 @@ FROM conversations c WHERE c.thread_id = $1]]
 
 local NO_REFRESH = { refresh_ttl = false }
 
+local function read_l2(self, tx, view, thread_id, user_id)
+  local conversation, err = tx:defer(LOAD, { thread_id, self.recent })
+  if not conversation then error(err, 0) end
+  local p
+  p, err = profile.get(view, user_id, NO_REFRESH)
+  if err then error(err, 0) end
+  local rows
+  rows, err = conversation()
+  if not rows then error(err, 0) end
+  local r = rows[1] or {}
+  local m = {
+    source = nz(r.turn) and "postgres" or "new",
+    turn = nz(r.turn) or 0, intent = nz(r.last_intent), location = p and p.last_location,
+    summary = decode_json(nz(r.summary)), messages = {},
+  }
+  local recent = decode_json(nz(r.recent))
+  if type(recent) == "table" then
+    for i = 1, #recent do
+      local x = recent[i]
+      m.messages[i] = { role = x[1], content = x[2], turn = x[3], intent = nz(x[4]) }
+    end
+  end
+  return m
+end
+
+-- L2 only: m | nil, err. One transaction, one round trip.
 function Mem:load_l2(thread_id, user_id)
   return self.db:transaction(function(tx)
-    -- (the conversation's read goes with the profile's, and the commit
-    -- with both: one round trip)
-    local conversation, err = tx:defer(LOAD, { thread_id, self.recent })
-    if not conversation then error(err, 0) end
-    local view
-    view, err = self.store:with(tx)   -- (its first use reads the Store's schema on tx)
+    local view, err = self.store:with(tx)   -- (its first use reads the Store's schema on tx)
     if not view then error(err, 0) end
-    -- a read that leaves the item's TTL alone is one statement: the last
     tx:commit_with_next()
-    local p
-    p, err = profile.get(view, user_id, NO_REFRESH)
-    if err then error(err, 0) end
-    local rows
-    rows, err = conversation()
-    if not rows then error(err, 0) end
-    local r = rows[1] or {}
-    local m = {
-      source = nz(r.turn) and "postgres" or "new",
-      turn = nz(r.turn) or 0, intent = nz(r.last_intent), location = p and p.last_location,
-      summary = decode_json(nz(r.summary)), messages = {},
-    }
-    local recent = decode_json(nz(r.recent))
-    if type(recent) == "table" then
-      for i = 1, #recent do
-        local x = recent[i]
-        m.messages[i] = { role = x[1], content = x[2], turn = x[3], intent = nz(x[4]) }
-      end
-    end
-    return m
+    return read_l2(self, tx, view, thread_id, user_id)
   end)
 end
 
-function Mem:load(thread_id, user_id)
-  local m, err = self:load_l1(thread_id)
-  if m then return m end
-  if err and self.log then
-    self.log:warn("memory: Redis unavailable, reading Postgres", { thread_id = thread_id, error = tostring(err) })
+--[[ prefetch(tx, thread_id, user_id) -> after | nil: the memory read along
+with the worker's claim of the thread (the script's prefetch hook: tx
+holds the claim, sent). L1 is read first; the claim then holds the thread,
+and in its round trip either checks that L2 is at L1's turn (L1 has the
+thread) or reads L2 (it has not). after() -> m, or nil when L1 is behind
+L2 (a turn committed by an earlier holder of the thread that L1 did not
+get): the input hook then reads L2 itself. nil (nothing prefetched) when
+Redis is away. ]]
+local CHECK_TURN = "SELECT turn FROM conversations WHERE thread_id = $1"
+
+function Mem:prefetch(tx, thread_id, user_id)
+  local l1, err = self:load_l1(thread_id)
+  if err then return nil end
+  if l1 then
+    local check
+    check, err = tx:defer(CHECK_TURN, { thread_id })
+    if not check then error(err, 0) end
+    return function()
+      local rows, cerr = check()
+      if not rows then error(cerr, 0) end
+      local turn = rows[1] and nz(rows[1].turn) or 0
+      if turn ~= l1.turn then return nil end
+      return l1
+    end
+  end
+  local view
+  view, err = self.store:with(tx)   -- (its first use reads the Store's schema: a round trip then)
+  if not view then error(err, 0) end
+  tx:commit_with_next()
+  local m = read_l2(self, tx, view, thread_id, user_id)
+  return function() return m end
+end
+
+function Mem:load(thread_id, user_id, skip_l1)
+  local m, err
+  if not skip_l1 then
+    m, err = self:load_l1(thread_id)
+    if m then return m end
+    if err and self.log then
+      self.log:warn("memory: Redis unavailable, reading Postgres", { thread_id = thread_id, error = tostring(err) })
+    end
   end
   m, err = self:load_l2(thread_id, user_id)
   if not m then return nil, err end
@@ -284,20 +325,22 @@ end
 --       message, answer }
 function Mem:record(tx, t)
   local summary = t.summary and json.encode(t.summary) or nil
-  -- both rows go with the transaction's next statement (tx:send)
+  -- the conversation and the turn's two messages in one statement, sent
+  -- with the transaction's next one (tx:send)
   local ok, err = tx:send([[
-INSERT INTO conversations (thread_id, user_id, turn, last_intent, summary)
-VALUES ($1, $2, $3, $4, $5::jsonb)
-ON CONFLICT (thread_id) DO UPDATE SET
-  turn = GREATEST(conversations.turn, EXCLUDED.turn),
-  last_intent = COALESCE(EXCLUDED.last_intent, conversations.last_intent),
-  summary = COALESCE(EXCLUDED.summary, conversations.summary),
-  updated_at = now()]], { t.thread_id, t.user_id, t.turn, arg(t.intent), arg(summary) })
-  if not ok then return nil, err end
-  ok, err = tx:send([[
+WITH c AS (
+  INSERT INTO conversations (thread_id, user_id, turn, last_intent, summary)
+  VALUES ($1, $2, $3, $4, $5::jsonb)
+  ON CONFLICT (thread_id) DO UPDATE SET
+    turn = GREATEST(conversations.turn, EXCLUDED.turn),
+    last_intent = COALESCE(EXCLUDED.last_intent, conversations.last_intent),
+    summary = COALESCE(EXCLUDED.summary, conversations.summary),
+    updated_at = now()
+)
 INSERT INTO messages (thread_id, turn, role, content, intent, job_id)
-VALUES ($1, $2, 'user', $3, $4, $5), ($1, $2, 'assistant', $6, $4, $5)
-ON CONFLICT DO NOTHING]], { t.thread_id, t.turn, t.message, arg(t.intent), t.job_id, t.answer or "" })
+VALUES ($1, $3, 'user', $6, $4, $7), ($1, $3, 'assistant', $8, $4, $7)
+ON CONFLICT DO NOTHING]], { t.thread_id, t.user_id, t.turn, arg(t.intent), arg(summary), t.message, t.job_id,
+    t.answer or "" })
   if not ok then return nil, err end
   -- the profile through the Store on tx: a patch (the turn's counts added
   -- where the profile is kept, no read), sent with tx's next statement;

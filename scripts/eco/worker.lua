@@ -65,6 +65,20 @@ local function mem_of(env)
                       log = env.log }
 end
 
+-- The memory, read along with the worker's claim of the thread (one round
+-- trip): L1, checked against L2's turn, or L2 when L1 does not have the
+-- thread. The input hook finds it in env.scratch.
+function _M.prefetch(tx, job, env)
+  if job.user_id == nil or type(job.thread_id) ~= "string" then return nil end
+  local after = mem_of(env):prefetch(tx, job.thread_id, job.user_id)
+  if not after then return nil end
+  return function()
+    local m = after()
+    -- (nil: L1 is behind L2; the input hook reads L2 and replaces L1)
+    env.scratch.prefetched = m or false
+  end
+end
+
 -- The run's input: the message, the location and what memory knows. A job
 -- the pipeline cannot answer is refused (raised); a memory that cannot be
 -- read leaves the job for a later attempt (nil, err).
@@ -84,8 +98,15 @@ function _M.input(job, env)
   if job.user_id == nil then
     error("user_id is required (the conversation memory keeps a profile per user)", 0)
   end
-  local mem, err = mem_of(env):load(job.thread_id, job.user_id)
-  if not mem then return nil, "memory: " .. tostring(err) end
+  local memory_tiers = mem_of(env)
+  local mem, err = env.scratch.prefetched, nil
+  if mem then
+    -- read with the claim from L2: L1 gets it, as a load would give it
+    if mem.source == "postgres" then memory_tiers:cache(job.thread_id, mem) end
+  else
+    mem, err = memory_tiers:load(job.thread_id, job.user_id, mem == false)
+    if not mem then return nil, "memory: " .. tostring(err) end
+  end
   env.scratch.memory = mem
   local input = { message = m, user_location = loc or mem.location }
   if mem.intent ~= nil then input.intent = mem.intent end
