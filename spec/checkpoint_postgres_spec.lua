@@ -230,6 +230,35 @@ describe("postgres checkpoint saver", function()
       end)
     end)
 
+    it("a thread another saver deleted: written anew whole, and a write extending it is refused", function()
+      local url = fresh_db()
+      mg.run(function()
+        local a, b = postgres.new(url), postgres.new(url)   -- two processes on one database
+        local function cp(id, step, values)
+          return { v = 1, id = id, ts = "2025-01-01T00:00:00Z", step = step, values = values, next = {} }
+        end
+        local c = assert(a:put({ thread_id = "t" }, cp("0001", 0, { x = "kept", n = 1 }), {}))
+        assert(b:delete_thread("t"))
+        -- a continues the thread it had: refused, nothing written
+        local r, err = a:put(c, cp("0002", 1, { x = "kept", n = 2 }), {})
+        assert.is_nil(r)
+        assert.matches("checkpoint conflict: thread 't' is at checkpoint %(none%), not 0001", err)
+        assert.is_nil(b:get { thread_id = "t" })
+        -- the thread started again with the same values: every value is written
+        assert(a:put({ thread_id = "t" }, cp("0003", 0, { x = "kept", n = 1 }), {}))
+        assert.same({ x = "kept", n = 1 }, assert(b:get { thread_id = "t" }).checkpoint.values)
+        -- the same through a run, the deleting saver's reader finding the thread gone
+        local g = mg.graph {}
+        g:add_node("n", function(st) return { y = (st.y or 0) + 1 } end)
+        g:add_edge(mg.START, "n")
+        local app = g:compile { checkpointer = a }
+        assert(app:invoke({ x = "same" }, { thread_id = "job" }))
+        assert(b:delete_thread("job"))
+        assert.equal(1, assert(app:invoke({ x = "same" }, { thread_id = "job" })).y)
+        assert.same({ x = "same", y = 1 }, assert(b:get { thread_id = "job" }).checkpoint.values)
+      end)
+    end)
+
     it("stores thread ids, keys and values with quotes and SQL verbatim", function()
       local url = fresh_db()
       mg.run(function()

@@ -165,6 +165,17 @@ return function(name, make, env)
       end)
     end)
 
+    it("keeps a state value that is JSON null, and a write of one", function()
+      with_saver(function(s)
+        local null = require("moongraph.json").null
+        local c = assert(s:put({ thread_id = "t" }, cp("0001", { error = null, n = 1 }), {}))
+        assert(s:put_writes(c, "1:a", { { "error", null } }))
+        local got = assert(s:get { thread_id = "t" })
+        assert.equal(null, got.checkpoint.values.error)
+        assert.same({ { "1:a", "error", null } }, got.pending_writes)
+      end)
+    end)
+
     it("refuses state that cannot be saved, naming where it is", function()
       with_saver(function(s)
         local ok, err = s:put({ thread_id = "t" }, cp("0001", { cb = print }), {})

@@ -222,6 +222,15 @@ local function cache_set(self, key, t)
   self.cache[key] = t
 end
 
+local function cache_drop(self, key)
+  if self.cache[key] == nil then return end
+  self.cache[key] = nil
+  local order = self.cache_order
+  for i = #order, 1, -1 do
+    if order[i] == key then remove(order, i) break end
+  end
+end
+
 local function cache_drop_thread(self, thread_id)
   local prefix = thread_id .. "\0"
   local order = self.cache_order
@@ -241,7 +250,10 @@ end
 -- batch extends (e; null: none yet) or from the new head itself (a retry)
 -- to the new head (x); a namespace that has moved on meanwhile fails the
 -- whole statement (row locks make two writers of one head take turns, and
--- the second then sees the first one's head).
+-- the second then sees the first one's head), as does one deleted meanwhile
+-- (no head, and e not null: the blobs the batch leaves out as stored may
+-- have gone with it). A blob goes as [value], so that a JSON null stays a
+-- value.
 local SAVE_SQL = [[
 WITH x AS (
   SELECT * FROM json_to_recordset($5::json) AS x(n text, e text, x text)
@@ -252,8 +264,7 @@ WITH x AS (
 ), i AS (
   INSERT INTO moongraph_checkpoint_heads AS h (thread_id, checkpoint_ns, checkpoint_id)
   SELECT $1, x.n, x.x FROM x
-  WHERE x.e IS NULL OR NOT EXISTS (SELECT 1 FROM moongraph_checkpoint_heads h2
-    WHERE h2.thread_id = $1 AND h2.checkpoint_ns = x.n)
+  WHERE x.e IS NULL
   ON CONFLICT (thread_id, checkpoint_ns) DO UPDATE SET checkpoint_id = EXCLUDED.checkpoint_id
     WHERE h.checkpoint_id = EXCLUDED.checkpoint_id
   RETURNING h.checkpoint_ns
@@ -261,7 +272,7 @@ WITH x AS (
   SELECT (SELECT count(*) FROM u) + (SELECT count(*) FROM i) = (SELECT count(*) FROM x) AS ok
 ), b AS (
   INSERT INTO moongraph_checkpoint_blobs (thread_id, checkpoint_ns, channel, version, value)
-  SELECT $1, x.n, x.c, x.v, x.b FROM json_to_recordset($2::json) AS x(n text, c text, v text, b json)
+  SELECT $1, x.n, x.c, x.v, x.b -> 0 FROM json_to_recordset($2::json) AS x(n text, c text, v text, b json)
   WHERE (SELECT ok FROM ok)
   ON CONFLICT (thread_id, checkpoint_ns, channel, version) DO UPDATE SET value = EXCLUDED.value
 ), c AS (
@@ -328,7 +339,9 @@ local function add_put(self, b, cfg, checkpoint, metadata, owned)
   end
   local values = checkpoint.values or {}
   local key = cache_key(cfg.thread_id, ns)
-  local known = b.known[key] or cache_get(self, key) or {}
+  -- (a namespace the put starts: whatever the cache held of a thread by
+  -- that id may have been deleted since, by another process)
+  local known = b.known[key] or (common.expected(cfg) and cache_get(self, key)) or {}
   local now, versions = {}, {}
   local nsj = jstr(ns)
   for channel, value in pairs(values) do
@@ -358,7 +371,7 @@ local function add_put(self, b, cfg, checkpoint, metadata, owned)
     if not k.stored and k.queued ~= b then
       k.queued = b
       rows_add(b.blobs, ns .. "\0" .. channel .. "\0" .. k.version,
-        '{"n":' .. nsj .. ',"c":' .. name_json(channel) .. ',"v":' .. jstr(k.version) .. ',"b":' .. text .. "}")
+        '{"n":' .. nsj .. ',"c":' .. name_json(channel) .. ',"v":' .. jstr(k.version) .. ',"b":[' .. text .. "]}")
     end
   end
   local bodyj, mdj, err
@@ -604,7 +617,11 @@ function saver:get(cfg)
     rows, err = self.db:query(format(SELECT_SQL, "", "LIMIT 1"), { cfg.thread_id, ns })
   end
   if not rows then return nil, err end
-  if #rows == 0 then return nil end
+  if #rows == 0 then
+    -- (none: what the cache holds of the thread was deleted)
+    if not cfg.checkpoint_id then cache_drop(self, cache_key(cfg.thread_id, ns)) end
+    return nil
+  end
   local list
   list, err = tuples(self, cfg, ns, rows, cfg.checkpoint_id == nil)
   if not list then return nil, err end
