@@ -91,22 +91,31 @@ describe("interrupts", function()
     end)
   end
 
-  it("a node may ask several questions, one resume each", function()
-    local g = G.new()
-    g:add_node("form", function(_, ctx)
-      local name = ctx.interrupt "name?"
-      local city = ctx.interrupt "city?"
-      return { card = name .. "@" .. city }
-    end)
-    g:add_edge(START, "form")
-    local app = g:compile { checkpointer = G.checkpoint.memory() }
-    run(function()
-      local cfg = { thread_id = "f" }
-      assert.equal("name?", app:invoke({}, cfg).__interrupt__[1].value)
-      assert.equal("city?", app:invoke(Command { resume = "Ana" }, cfg).__interrupt__[1].value)
-      assert.equal("Ana@Seoul", app:invoke(Command { resume = "Seoul" }, cfg).card)
-    end)
-  end)
+  for _, durability in ipairs { "sync", "async", "exit" } do
+    for _, kind in ipairs { "memory", "file" } do
+      it("a node may ask several questions, one resume each (durability " .. durability .. ", " .. kind ..
+          " saver)", function()
+        local g = G.new()
+        g:add_node("form", function(_, ctx)
+          local name = ctx.interrupt "name?"
+          local city = ctx.interrupt "city?"
+          return { card = name .. "@" .. city }
+        end)
+        g:add_edge(START, "form")
+        local saver = kind == "memory" and G.checkpoint.memory() or G.checkpoint.file(child.tmpdir())
+        local app = g:compile { checkpointer = saver, durability = durability }
+        run(function()
+          local cfg = { thread_id = "f" }
+          assert.equal("name?", app:invoke({}, cfg).__interrupt__[1].value)
+          assert.equal("city?", app:invoke(Command { resume = "Ana" }, cfg).__interrupt__[1].value)
+          -- the resumed run made no checkpoint: its writes to the one it
+          -- resumed from are saved (the first answer, the new question)
+          assert.equal("city?", app:get_state(cfg).tasks[1].interrupts[1].value)
+          assert.equal("Ana@Seoul", app:invoke(Command { resume = "Seoul" }, cfg).card)
+        end)
+      end)
+    end
+  end
 
   it("siblings of an interrupted task keep their writes and do not run again", function()
     local runs = { other = 0 }

@@ -12,7 +12,8 @@ its saver, by durability mode:
          a run computes in a row share one batch. A saver whose calls never
          yield (yields = false) is called at once, as with sync
   exit   the latest checkpoint of each namespace and its writes are kept in
-         memory and saved when the run (or subgraph run) ends
+         memory and saved when the run (or subgraph run) ends (a run that
+         made no checkpoint: its writes to the one it started from)
 
 With `drop_unsaved` (the run's cfg.drop_unsaved) the root run's writes not
 yet issued when it ends are dropped instead of saved (async: the queue;
@@ -383,30 +384,36 @@ function _M.flush(run)
     if run.root and w.drop_unsaved then
       ex.put, ex.writes = nil, {}
     end
-    if ex.put then
-      local p = ex.put
-      ex.put = nil
+    -- the latest checkpoint and the writes since; or, for a run that made
+    -- no checkpoint (a resumed one stopped again in the step it resumed),
+    -- the writes to the checkpoint it resumed from (its resume value, a new
+    -- interrupt, the results of the tasks that finished)
+    local p, writes = ex.put, ex.writes
+    ex.put, ex.writes = nil, {}
+    if p then
       -- the parent is the last checkpoint actually saved in this namespace
       p[1] = _M.cfg(run, run.saved_id)
       if run.fork_head then
         p[1].head_id = run.fork_head
         run.fork_head = nil
       end
+    end
+    if p or writes[1] then
       if type(w.saver.put_batch) == "function" then
-        -- the checkpoint and its writes together
-        local list = { { op = "put", a = p[1], b = p[2], c = p[3] } }
-        for _, wr in ipairs(ex.writes) do
+        -- all of it together
+        local list = {}
+        if p then list[1] = { op = "put", a = p[1], b = p[2], c = p[3] } end
+        for _, wr in ipairs(writes) do
           list[#list + 1] = { op = "put_writes", a = wr[1], b = wr[2], c = wr[3] }
         end
         detached(batch_call, w, list)
       else
-        saver_call(w, "put", p[1], p[2], p[3])
-        for _, wr in ipairs(ex.writes) do
+        if p then saver_call(w, "put", p[1], p[2], p[3]) end
+        for _, wr in ipairs(writes) do
           if w.err then break end
           saver_call(w, "put_writes", wr[1], wr[2], wr[3])
         end
       end
-      ex.writes = {}
     end
   elseif w.mode == "async" and w.q and run.root then
     if w.drop_unsaved then w.dropping = true end
