@@ -161,11 +161,16 @@ describe("cached checkpoint saver", function()
       assert.is_not_nil(l1:get { thread_id = "t", checkpoint_id = "0002" })
       assert(s:get { thread_id = "t" })
       assert.equal(1, s.hits)
-      -- pending writes added behind the cache's back are seen too
+      -- pending writes added, or a task's replaced (a resumed task), behind
+      -- the cache's back are seen too: they always come from Postgres
       assert(durable:put_writes(c2, "2:b", { { "z", 3 } }))
       tup = assert(s:get { thread_id = "t" })
-      assert.equal(2, #tup.pending_writes)
-      assert.equal(2, s.misses)
+      assert.same({ { "2:a", "y", true }, { "2:b", "z", 3 } }, tup.pending_writes)
+      assert(durable:put_writes(c2, "2:a", { { "y", false } }))
+      tup = assert(s:get { thread_id = "t" })
+      assert.same({ { "2:a", "y", false }, { "2:b", "z", 3 } }, tup.pending_writes)
+      assert.equal(2, tup.checkpoint.values.n)
+      assert.same({ 1, 3 }, { s.misses, s.hits })     -- the checkpoint itself from Redis
     end)
   end)
 

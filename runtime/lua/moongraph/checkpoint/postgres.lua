@@ -542,6 +542,21 @@ end
 
 -- rows of SELECT_SQL -> list of tuples | nil, err. `seed` fills the value
 -- cache with what the first (latest) row holds.
+-- The pending writes of checkpoint `id` from the rows' JSON
+-- ([[task_id, [[channel, value], ...]], ...] or SQL NULL), task by task in
+-- task id order -> { {task_id, channel, value}, ... } | nil, err
+local function pending_of(text, id)
+  local pending = {}
+  if text == SQLNULL then return pending end
+  local groups, err = decode(text, "pending writes of checkpoint " .. id)
+  if groups == nil then return nil, err end
+  sort(groups, function(a, b) return a[1] < b[1] end)
+  for _, g in ipairs(groups) do
+    for _, pair in ipairs(g[2]) do pending[#pending + 1] = { g[1], pair[1], pair[2] } end
+  end
+  return pending
+end
+
 local function tuples(self, cfg, ns, rows, seed)
   local out, wanted, pairs_list = {}, {}, {}
   for _, r in ipairs(rows) do
@@ -582,16 +597,9 @@ local function tuples(self, cfg, ns, rows, seed)
     checkpoint.values = values
     if i == 1 and seed then cache_set(self, cache_key(cfg.thread_id, ns), seeded) end
     local metadata = decode(r.md, "metadata of checkpoint " .. id) or {}
-    local pending = {}
-    if r.writes ~= SQLNULL then
-      local groups
-      groups, err = decode(r.writes, "pending writes of checkpoint " .. id)
-      if groups == nil then return nil, err end
-      sort(groups, function(a, b) return a[1] < b[1] end)
-      for _, g in ipairs(groups) do
-        for _, pair in ipairs(g[2]) do pending[#pending + 1] = { g[1], pair[1], pair[2] } end
-      end
-    end
+    local pending
+    pending, err = pending_of(r.writes, id)
+    if not pending then return nil, err end
     local parent = r.parent_id ~= SQLNULL and r.parent_id or nil
     out[#out + 1] = {
       config = { thread_id = cfg.thread_id, checkpoint_ns = ns, checkpoint_id = id },
@@ -650,9 +658,12 @@ function saver:list(cfg, opts)
   return tuples(self, cfg, ns, rows, false)
 end
 
---[[ head(cfg) -> { checkpoint_id =, tasks = {sorted task ids with writes} } | nil
-The latest (or the given) checkpoint's id and whose writes it has, from the
-primary keys only: what the cached saver checks its copy against. ]]
+--[[ head(cfg) -> { checkpoint_id =, tasks = {sorted task ids with writes},
+pending_writes = (as get gives them) } | nil | nil, err
+The latest (or the given) checkpoint's id and its pending writes, without
+its state values: what the cached saver takes with its copy of the
+checkpoint (a task's writes may change under a checkpoint: a resumed task's
+replace its earlier ones). ]]
 function saver:head(cfg)
   common.check_cfg(cfg, "head")
   local ok, err = ready(self)
@@ -666,18 +677,25 @@ function saver:head(cfg)
   local rows
   rows, err = self.db:query(format([[
     SELECT c.checkpoint_id,
-      (SELECT json_agg(w.task_id)::text FROM moongraph_checkpoint_writes w
+      (SELECT json_agg(json_build_array(w.task_id, w.writes))::text FROM moongraph_checkpoint_writes w
         WHERE w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns
-          AND w.checkpoint_id = c.checkpoint_id) AS tasks
+          AND w.checkpoint_id = c.checkpoint_id) AS writes
     FROM moongraph_checkpoints c WHERE c.thread_id = $1 AND c.checkpoint_ns = $2 %s
     ORDER BY c.checkpoint_id DESC LIMIT 1]], where), params)
   if not rows then return nil, err end
   local r = rows[1]
   if not r then return nil end
-  local tasks = {}
-  if r.tasks ~= SQLNULL then tasks = json.decode(r.tasks) or {} end
-  sort(tasks)
-  return { checkpoint_id = r.checkpoint_id, tasks = tasks }
+  local pending
+  pending, err = pending_of(r.writes, r.checkpoint_id)
+  if not pending then return nil, err end
+  local tasks, seen = {}, {}
+  for _, w in ipairs(pending) do
+    if not seen[w[1]] then
+      seen[w[1]] = true
+      tasks[#tasks + 1] = w[1]
+    end
+  end
+  return { checkpoint_id = r.checkpoint_id, tasks = tasks, pending_writes = pending }
 end
 
 local DELETE_SQL = [[
