@@ -269,10 +269,13 @@ typedef struct {
 static int copy_value(copy_t *c, int idx, int prev);
 
 /* Whether a copied part (at a) is prev's part (at b): the same table, or an
-** equal string, boolean or number of the same subtype. */
+** equal string, boolean or number of the same subtype (and, for floats,
+** sign: -0.0 equals 0.0 but is written "-0.0"). */
 static int same_part(lua_State *L, int a, int b) {
   if (!lua_rawequal(L, a, b)) return 0;
-  return lua_type(L, a) != LUA_TNUMBER || lua_isinteger(L, a) == lua_isinteger(L, b);
+  if (lua_type(L, a) != LUA_TNUMBER) return 1;
+  if (lua_isinteger(L, a) != lua_isinteger(L, b)) return 0;
+  return lua_isinteger(L, a) || !signbit(lua_tonumber(L, a)) == !signbit(lua_tonumber(L, b));
 }
 
 static size_t count_keys(lua_State *L, int t) {

@@ -234,6 +234,10 @@ describe("json.copy", function()
     local c2 = json.copy({ n = { 1.0 }, m = json.array() }, p2)
     assert.are_not.equal(p2.n, c2.n); assert.equal("float", math.type(c2.n[1]))
     assert.are_not.equal(p2.m, c2.m); assert.equal(arr, getmetatable(c2.m))
+    -- and so does the sign of a zero (equal, but written "-0.0")
+    local p3 = json.copy { z = { 0.0 } }
+    local c3 = json.copy({ z = { -0.0 } }, p3)
+    assert.are_not.equal(p3.z, c3.z); assert.equal("[-0.0]", json.encode(c3.z))
     -- random values and random changes: always what copy(v) alone gives
     local rng = seeded_rng(5)
     for i = 1, 2000 do
