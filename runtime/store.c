@@ -3,14 +3,15 @@
 **
 **   store.write(path, data)  atomic replace: temp file, write, fsync, rename,
 **                            fsync of the directory -> true | nil, err, code
-**   store.append(path, data, expect)
+**   store.append(path, data, expect [, header])
 **                            append to a log: under an exclusive flock, when
 **                            the file (created if missing) is `expect` bytes
-**                            long, write data and fdatasync (and fsync the
+**                            long (and, given `header`, starts with it),
+**                            write data and fdatasync (and fsync the
 **                            directory of a new file) -> size after | false,
 **                            size now, what others appended since `expect`
-**                            (the whole file if it is shorter: replaced) |
-**                            nil, err, code. A write that fails is cut off
+**                            (the whole file if it is shorter, or does not
+**                            start with `header`: replaced) | nil, err, code. A write that fails is cut off
 **                            again; a file that does not end in a newline
 **                            (a record torn by a crash) gets one first, so
 **                            the torn bytes stay a line of their own.
@@ -67,6 +68,8 @@ typedef struct {
   char **names;            /* list output */
   size_t nnames, cap;
   off_t offset;            /* read: where to start; append: the expected size */
+  char *header;            /* append: what the file must start with (or NULL) */
+  size_t header_len;
   off_t size;              /* append: the size after (or now, when moved) */
   int moved;               /* append: the file was not `expect` bytes long */
   int err;                 /* errno of the failing step, 0 on success */
@@ -76,6 +79,7 @@ typedef struct {
 
 static void op_free(store_op *op) {
   free(op->path);
+  free(op->header);
   free(op->data);
   for (size_t i = 0; i < op->nnames; i++) free(op->names[i]);
   free(op->names);
@@ -150,9 +154,23 @@ static void do_append(store_op *op) {
   struct stat st;
   if (fstat(fd, &st) < 0) { fail(op, "stat"); close(fd); return; }
   op->size = st.st_size;
-  if (st.st_size != op->offset) {
+  /* a file that no longer starts with the header it had was replaced */
+  int replaced = 0;
+  if (op->header && st.st_size > 0 && op->offset > 0) {
+    char head[256];
+    size_t n = op->header_len;
+    if (n > sizeof head || (off_t)n > st.st_size) {
+      replaced = 1;
+    } else {
+      ssize_t r;
+      do { r = pread(fd, head, n, 0); } while (r < 0 && errno == EINTR);
+      if (r < 0) { fail(op, "read"); close(fd); return; }
+      replaced = (size_t)r != n || memcmp(head, op->header, n) != 0;
+    }
+  }
+  if (st.st_size != op->offset || replaced) {
     /* what the others appended, read under the lock: whole records only */
-    off_t from = st.st_size > op->offset ? op->offset : 0;
+    off_t from = st.st_size > op->offset && !replaced ? op->offset : 0;
     size_t n = (size_t)(st.st_size - from);
     free(op->data);
     op->data = malloc(n ? n : 1);
@@ -383,7 +401,12 @@ static int start(lua_State *L, int kind, const char *fname) {
   const char *data = NULL;
   lua_Integer offset = 0;
   if (kind == OP_WRITE || kind == OP_APPEND) data = luaL_checklstring(L, 2, &dlen);
-  if (kind == OP_APPEND) offset = luaL_checkinteger(L, 3);
+  size_t hlen = 0;
+  const char *header = NULL;
+  if (kind == OP_APPEND) {
+    offset = luaL_checkinteger(L, 3);
+    header = luaL_optlstring(L, 4, NULL, &hlen);
+  }
   if (kind == OP_READ) offset = luaL_optinteger(L, 2, 0);
   luaL_argcheck(L, offset >= 0, kind == OP_READ ? 2 : 3, "negative offset");
   mg_check_yieldable(L, fname);
@@ -392,6 +415,15 @@ static int start(lua_State *L, int kind, const char *fname) {
   op->kind = kind;
   op->offset = (off_t)offset;
   op->path = strdup(path);
+  if (header && hlen > 0) {
+    op->header = malloc(hlen);
+    if (!op->header) {
+      op_free(op);
+      return luaL_error(L, "%s: out of memory", fname);
+    }
+    memcpy(op->header, header, hlen);
+    op->header_len = hlen;
+  }
   if (data) {
     op->data = malloc(dlen ? dlen : 1);
     if (op->data) memcpy(op->data, data, dlen);

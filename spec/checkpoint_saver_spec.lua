@@ -36,7 +36,7 @@ local function records(path)
     local len, text = line:match("^(%d+) (.*)$")
     if len and tonumber(len) == #text then
       out[#out + 1] = json.decode(text)
-    elseif line ~= '{"type":"log","format":1}' then
+    elseif not line:match('^{"type":"log","format":1,"log":"%x+"}$') then
       other = other + 1
     end
   end
@@ -53,7 +53,7 @@ describe("file saver layout", function()
       assert(s:put({ thread_id = "user 42/chat", checkpoint_id = "00ab" }, cp("00ac"), { source = "loop" }))
     end)
     local log = dir .. "/user%2042%2Fchat/root/checkpoints.log"
-    assert.equal('{"type":"log","format":1}\n', read(log):match("^[^\n]*\n"))
+    assert.matches('^{"type":"log","format":1,"log":"%x+"}\n', read(log))
     local r, other = records(log)
     assert.equal(3, #r)
     assert.equal(0, other)
@@ -65,6 +65,30 @@ describe("file saver layout", function()
     local p = io.popen("ls -A '" .. dir .. "/user%2042%2Fchat/root'")
     assert.equal("checkpoints.log", p:read("a"):gsub("%s+$", ""))
     p:close()
+  end)
+
+  it("refuses a put of a process that still knows a log another one removed and wrote again", function()
+    local dir = tmp.dir("saver")
+    mg.run(function()
+      local a, b = checkpoint.file(dir), checkpoint.file(dir)   -- two processes
+      local c = assert(a:put({ thread_id = "t" }, cp("0001", { x = "a" }), {}))
+      assert(b:delete_thread("t"))
+      -- b starts the thread again, its log longer than the one a knew
+      local c5 = assert(b:put({ thread_id = "t" }, cp("0005", { x = string.rep("z", 500) }), {}))
+      assert(b:put_writes(c5, "1:n", { { "y", 1 } }))
+      local r, err = a:put(c, cp("0009", { x = "a2" }), {})
+      assert.is_nil(r)
+      assert.matches("checkpoint conflict: thread 't' is at checkpoint 0005, not 0001", err)
+      -- and one of the same length as the old one: told apart by its header
+      assert(a:delete_thread("u") and b:delete_thread("u"))
+      local cu = assert(a:put({ thread_id = "u" }, cp("0001", { x = "a" }), {}))
+      assert(b:delete_thread("u"))
+      assert(b:put({ thread_id = "u" }, cp("0002", { x = "b" }), {}))
+      r, err = a:put(cu, cp("0003", { x = "c" }), {})
+      assert.is_nil(r)
+      assert.matches("checkpoint conflict: thread 'u' is at checkpoint 0002, not 0001", err)
+      assert.equal("0002", b:get({ thread_id = "u" }).checkpoint.id)
+    end)
   end)
 
   it("skips a record torn by a crash and appends after it", function()

@@ -5,7 +5,7 @@ One directory per thread, one per namespace inside it, and in each an
 append-only log of readable JSON records, one per line:
 
   <dir>/<thread>/<ns>/checkpoints.log
-    {"type":"log","format":1}
+    {"type":"log","format":1,"log":"<token>"}
     <bytes> {"type":"checkpoint","id":...,"parent":...,"checkpoint":{...},"metadata":{...}}
     <bytes> {"type":"writes","id":<checkpoint id>,"task_id":...,"writes":[...]}
 
@@ -92,7 +92,27 @@ local function mkdir(self, path)
 end
 
 local LOG = "checkpoints.log"
-local HEADER = '{"type":"log","format":1}\n'
+-- A log's first line. Its `log` token, drawn when the log is made, tells a
+-- saver that still knows the log by its size that another process removed
+-- it and wrote a new one (earlier logs have none: their first line is
+-- '{"type":"log","format":1}').
+local token_prefix, token_count = nil, 0
+local function new_header()
+  if not token_prefix then
+    local f = io.open("/dev/urandom", "rb")
+    local bytes = f and f:read(8)
+    if f then f:close() end
+    if not bytes or #bytes ~= 8 then bytes = tostring(os.time()) .. tostring({}) end
+    token_prefix = string_gsub(bytes, ".", function(c) return string_format("%02x", string_byte(c)) end)
+  end
+  token_count = token_count + 1
+  return '{"type":"log","format":1,"log":"' .. token_prefix .. string_format("%x", token_count) .. '"}\n'
+end
+
+-- The first line of log text when it is a log's header, else nil.
+local function header_of(text)
+  return text and string_match(text, '^({"type":"log"[^\n]*\n)') or nil
+end
 
 -- One record line: the length of its JSON, a space, the JSON.
 local function record(text)
@@ -182,7 +202,7 @@ local function index_old_files(dir, idx)
 end
 
 -- The whole namespace: its log and any files of the earlier layout ->
--- idx (ids sorted), bytes of the log read | nil, err.
+-- idx (ids sorted), bytes of the log read, the log's header | nil, err.
 local function read_namespace(dir)
   local idx = new_index()
   local ok, err = index_old_files(dir, idx)
@@ -195,7 +215,7 @@ local function read_namespace(dir)
     return nil, rerr
   end
   table_sort(idx.ids)
-  return idx, size
+  return idx, size, header_of(text)
 end
 
 local function latest_of(ids, latest)
@@ -209,9 +229,9 @@ end
 local function head(self, dir)
   local h = self.heads[dir]
   if h then return h end
-  local idx, size = read_namespace(dir)
+  local idx, size, header = read_namespace(dir)
   if not idx then return nil, size end
-  h = { size = size, latest = idx.ids[#idx.ids] }
+  h = { size = size, latest = idx.ids[#idx.ids], header = header }
   self.heads[dir] = h
   return h
 end
@@ -240,15 +260,22 @@ local function append(self, dir, data, recheck)
   if not ok then return nil, merr end
   local path = dir .. "/" .. LOG
   while true do
-    local size, now, tail = S().append(path, h.size == 0 and (HEADER .. data) or data, h.size)
+    local header = h.size == 0 and new_header() or nil
+    local size, now, tail = S().append(path, header and (header .. data) or data, h.size, h.header)
     if size then
       h.size = size
+      if header then h.header = header end
       return h
     end
     if size == nil then return nil, now end
-    -- another writer got there first; a log shorter than we knew was removed
-    -- and written again: read from its start
-    if now < h.size then h.latest = nil end
+    -- another writer got there first. A log that was removed and written
+    -- again (shorter than we knew, or with another header) comes whole,
+    -- from its header: what we knew of the old one is gone
+    local whole = header_of(tail)
+    if whole or now < h.size then
+      h.latest = nil
+      h.header = whole
+    end
     local idx = new_index()
     index_text(tail, idx)
     h.size = now
