@@ -117,12 +117,14 @@ describe("Eco² conversation memory", function()
       -- the worker's claim: a statement sent, the prefetch, then the claim's
       -- result (with the COMMIT, unless the prefetch's query carried it)
       local function claim(thread)
+        local reads = mem:prefetch(thread, "u")   -- (before the claim: L1)
+        if not reads then return "none" end
         return assert(db:transaction(function(tx)
           local claimed = assert(tx:defer("SELECT 1 AS claimed"))
-          local after = mem:prefetch(tx, thread, "u")
+          local after = reads(tx)
           if tx:is_open() then tx:commit_with_next() end
           assert(claimed())
-          return after and { after() } or "none"
+          return { after() }
         end))
       end
       local function record(turn)

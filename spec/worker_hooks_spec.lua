@@ -186,6 +186,10 @@ describe("moongraph worker with a script of its own", function()
           input = { text = "b", bad_prefetch = "sql" } }),
         raise = assert(c:submit { script = "hooks", thread_id = "t-pf-raise", user_id = "u",
           input = { text = "c", bad_prefetch = "raise" } }),
+        -- (an error of the hook's own that reads like a database away is
+        -- not retried as one)
+        transient = assert(c:submit { script = "hooks", thread_id = "t-pf-transient", user_id = "u",
+          input = { text = "d", bad_prefetch = "transient" } }),
       }
       for what, id in pairs(ids) do
         local _, done = events_of(c, id)
@@ -196,19 +200,21 @@ describe("moongraph worker with a script of its own", function()
       local fence = assert(db:query("SELECT token::text AS token FROM thread_fences WHERE thread_id = 't-pf'"))[1]
       assert.equal(fence.token, r:call("GET", "moongraph:hookspec:" .. ids.ok .. ":prefetched"))
       -- a failing prefetch: the claim went again without it, the input hook found nothing
-      for _, what in ipairs { "sql", "raise" } do
+      for _, what in ipairs { "sql", "raise", "transient" } do
         assert.equal("nil", r:call("GET", "moongraph:hookspec:" .. ids[what] .. ":prefetched"), what)
         assert.equal(1, calls(r, ids[what], "prefetch"), what)
       end
     end)
     stop(w)
     local warned = w:logged("the prefetch hook failed")
-    assert.equal(2, #warned)
+    assert.equal(3, #warned)
     local reasons = {}
     for _, l in ipairs(warned) do reasons[#reasons + 1] = l.error end
     table.sort(reasons)
     assert.matches("division by zero", reasons[1])
     assert.matches("prefetch refuses", reasons[2])
+    assert.matches("redis: timeout after", reasons[3])
+    assert.equal(0, #w:logged("claiming the thread failed; retrying"))
   end)
 
   it("after kill -9, the worker that resumes the job records it once and does not build its input again", function()

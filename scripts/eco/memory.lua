@@ -17,8 +17,9 @@
 --   local m, err = mem:load(thread_id, user_id)
 --     -- m = { source = "redis"|"postgres"|"new", turn, intent, location, summary,
 --     --       messages = { {role, content, turn, intent}, ... } }   oldest first
---   local after = mem:prefetch(tx, thread_id, user_id)   -- read with the worker's claim
---     -- after() -> m | nil (L1 is behind L2: load(thread_id, user_id, true) reads L2)
+--   local reads = mem:prefetch(thread_id, user_id)   -- read with the worker's claim:
+--     -- reads(tx) -> after(), after() -> m | nil (L1 is behind L2:
+--     -- load(thread_id, user_id, true) reads L2)
 --   mem:record(tx, turn_record)      -- inside the transaction that stores the result
 --   mem:cache(thread_id, m)          -- write L1 (idempotent)
 --   mem:invalidate(thread_id)
@@ -216,37 +217,39 @@ function Mem:load_l2(thread_id, user_id)
   end)
 end
 
---[[ prefetch(tx, thread_id, user_id) -> after | nil: the memory read along
-with the worker's claim of the thread (the script's prefetch hook: tx
-holds the claim, sent). L1 is read first; the claim then holds the thread,
-and in its round trip either checks that L2 is at L1's turn (L1 has the
-thread) or reads L2 (it has not). after() -> m, or nil when L1 is behind
-L2 (a turn committed by an earlier holder of the thread that L1 did not
-get): the input hook then reads L2 itself. nil (nothing prefetched) when
-Redis is away. ]]
+--[[ prefetch(thread_id, user_id) -> reads(tx) -> after() | nil: the memory
+read along with the worker's claim of the thread (the script's prefetch
+hook). L1 is read first, before the claim; then `reads`, in the claim's
+transaction, after the claim, either checks that L2 is at L1's turn (L1
+has the thread) or reads L2 (it has not), in the claim's round trip.
+after() -> m, or nil when L1 is behind L2 (a turn committed by an earlier
+holder of the thread that L1 did not get): the input hook then reads L2
+itself. nil (nothing prefetched) when Redis is away. ]]
 local CHECK_TURN = "SELECT turn FROM conversations WHERE thread_id = $1"
 
-function Mem:prefetch(tx, thread_id, user_id)
+function Mem:prefetch(thread_id, user_id)
   local l1, err = self:load_l1(thread_id)
   if err then return nil end
   if l1 then
-    local check
-    check, err = tx:defer(CHECK_TURN, { thread_id })
-    if not check then error(err, 0) end
-    return function()
-      local rows, cerr = check()
-      if not rows then error(cerr, 0) end
-      local turn = rows[1] and nz(rows[1].turn) or 0
-      if turn ~= l1.turn then return nil end
-      return l1
+    return function(tx)
+      local check, derr = tx:defer(CHECK_TURN, { thread_id })
+      if not check then error(derr, 0) end
+      return function()
+        local rows, cerr = check()
+        if not rows then error(cerr, 0) end
+        local turn = rows[1] and nz(rows[1].turn) or 0
+        if turn ~= l1.turn then return nil end
+        return l1
+      end
     end
   end
-  local view
-  view, err = self.store:with(tx)   -- (its first use reads the Store's schema: a round trip then)
-  if not view then error(err, 0) end
-  tx:commit_with_next()
-  local m = read_l2(self, tx, view, thread_id, user_id)
-  return function() return m end
+  return function(tx)
+    local view, verr = self.store:with(tx)   -- (its first use reads the Store's schema: a round trip then)
+    if not view then error(verr, 0) end
+    tx:commit_with_next()
+    local m = read_l2(self, tx, view, thread_id, user_id)
+    return function() return m end
+  end
 end
 
 function Mem:load(thread_id, user_id, skip_l1)

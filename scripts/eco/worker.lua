@@ -68,14 +68,16 @@ end
 -- The memory, read along with the worker's claim of the thread (one round
 -- trip): L1, checked against L2's turn, or L2 when L1 does not have the
 -- thread. The input hook finds it in env.scratch.
-function _M.prefetch(tx, job, env)
+function _M.prefetch(job, env)
   if job.user_id == nil or type(job.thread_id) ~= "string" then return nil end
-  local after = mem_of(env):prefetch(tx, job.thread_id, job.user_id)
-  if not after then return nil end
-  return function()
-    local m = after()
-    -- (nil: L1 is behind L2; the input hook reads L2 and replaces L1)
-    env.scratch.prefetched = m or false
+  local reads = mem_of(env):prefetch(job.thread_id, job.user_id)
+  if not reads then return nil end
+  return function(tx)
+    local after = reads(tx)
+    return function()
+      -- (nil: L1 is behind L2; the input hook reads L2 and replaces L1)
+      env.scratch.prefetched = after() or false
+    end
   end
 end
 

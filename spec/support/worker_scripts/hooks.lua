@@ -11,8 +11,9 @@
 --   bad_record   the record hook fails every time
 --   bad_sent     the record hook sends a statement that fails every time
 --                (the failure shows at the commit, not in the hook)
---   bad_prefetch "sql": the prefetch hook sends a statement that fails;
---                "raise": it raises
+--   bad_prefetch "sql": the prefetch hook's reads send a statement that
+--                fails; "raise": the hook raises; "transient": its reads
+--                raise an error that reads like a database away
 -- The prefetch hook reads the thread's fence token in the claim's
 -- transaction; the input hook keeps what it found in Redis
 -- (PREFIX:hookspec:<job_id>:prefetched).
@@ -42,20 +43,23 @@ _M.worker = {
 CREATE TABLE hookspec_records (job_id text PRIMARY KEY, answer text, status text)]] },
   },
 
-  prefetch = function(tx, job, env)
+  prefetch = function(job, env)
     count(env, job, "prefetch")
     if job.input.bad_prefetch == "raise" then error("prefetch refuses", 0) end
-    if job.input.bad_prefetch == "sql" then
-      local ok, err = tx:send("SELECT 1 / 0")
-      if not ok then error(err, 0) end
-    end
-    local fence, err = tx:defer("SELECT token::text AS token FROM thread_fences WHERE thread_id = $1",
-      { job.thread_id })
-    if not fence then error(err, 0) end
-    return function()
-      local rows, ferr = fence()
-      if not rows then error(ferr, 0) end
-      env.scratch.prefetched = rows[1] and rows[1].token or "no fence"
+    return function(tx)
+      if job.input.bad_prefetch == "transient" then error("redis: timeout after 0.2s", 0) end
+      if job.input.bad_prefetch == "sql" then
+        local ok, err = tx:send("SELECT 1 / 0")
+        if not ok then error(err, 0) end
+      end
+      local fence, err = tx:defer("SELECT token::text AS token FROM thread_fences WHERE thread_id = $1",
+        { job.thread_id })
+      if not fence then error(err, 0) end
+      return function()
+        local rows, ferr = fence()
+        if not rows then error(ferr, 0) end
+        env.scratch.prefetched = rows[1] and rows[1].token or "no fence"
+      end
     end
   end,
 

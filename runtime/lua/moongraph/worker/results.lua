@@ -21,8 +21,8 @@
 --   local ok, err = results.claim(db, thread_id, token)   -- false: a later holder claimed it
 --   local ok, stored = results.claim(db, thread_id, token, job_id)
 --                                       -- and the job's stored row, if any (one statement)
---   results.claim(db, thread_id, token, job_id, prefetch)
---                                       -- and the script's reads, in the same round trip
+--   results.claim(db, thread_id, token, job_id, reads)
+--                                       -- and a script's reads, in the same round trip
 --   results.commit(db, row, also, { thread_id =, token = })
 
 local pg = require "moongraph.pg"
@@ -76,38 +76,45 @@ SELECT (SELECT count(*) FROM f)::int AS claimed,
   r.job_id, r.thread_id, r.user_id, r.status, r.answer, r.error, r.state::text AS state, r.worker, r.deliveries
 FROM (SELECT 1) AS one LEFT JOIN job_results r ON r.job_id = $3]]
 
--- claim(db, thread_id, token [, job_id [, prefetch]]) -> true | false (a
--- later holder already claimed the thread) | nil, err. With job_id, the
--- job's stored row (or nil) comes second, read in the same statement.
--- prefetch(tx) -> nil | after(): reads that go with the claim, in its
--- transaction (the script's prefetch hook), run after the claim is sent:
--- what it defers goes with the claim in one round trip, which also carries
--- the COMMIT (a prefetch that queries calls tx:commit_with_next() before
--- its last query, which is then that round trip). after(), when it returns
--- one, runs once the round trip is done. A prefetch that raises fails the
--- claim with its error.
-local function claim_rows(db, sql, params, prefetch)
-  if not prefetch then return db:query(sql, params) end
-  return db:transaction(function(tx)
-    local claimed, err = tx:defer(sql, params)
-    if not claimed then error(err, 0) end
-    local after = prefetch(tx)
+-- claim(db, thread_id, token [, job_id [, reads]]) -> true | false (a
+-- later holder already claimed the thread) | nil, err [, "reads"]. With
+-- job_id, the job's stored row (or nil) comes second, read in the same
+-- statement. reads(tx) -> nil | after(): a script's reads that go with the
+-- claim, in its transaction (the prefetch hook's), run after the claim is
+-- sent: what it defers goes with the claim in one round trip, which also
+-- carries the COMMIT (reads that query call tx:commit_with_next() before
+-- their last query, which is then that round trip). after(), when given,
+-- runs once the round trip is done. When reads or after raise, the claim
+-- fails with their error and a third value, "reads".
+local function claim_rows(db, sql, params, reads)
+  if not reads then return db:query(sql, params) end
+  local by_reads = false
+  local rows, err = db:transaction(function(tx)
+    local claimed, cerr = tx:defer(sql, params)
+    if not claimed then error(cerr, 0) end
+    local ok, after = pcall(reads, tx)
+    if not ok then by_reads = true; error(after, 0) end
     if tx:is_open() then tx:commit_with_next() end
-    local rows, cerr = claimed()
-    if not rows then error(cerr, 0) end
-    if after then after() end
-    return rows
+    local r, qerr = claimed()
+    if not r then error(qerr, 0) end
+    if after then
+      local aok, aerr = pcall(after)
+      if not aok then by_reads = true; error(aerr, 0) end
+    end
+    return r
   end)
+  if rows == nil and by_reads then return nil, err, "reads" end
+  return rows, err
 end
 
-function _M.claim(db, thread_id, token, job_id, prefetch)
+function _M.claim(db, thread_id, token, job_id, reads)
   if job_id == nil then
-    local rows, err = claim_rows(db, FENCE, { thread_id, tostring(token) }, prefetch)
-    if not rows then return nil, err end
+    local rows, err, who = claim_rows(db, FENCE, { thread_id, tostring(token) }, reads)
+    if not rows then return nil, err, who end
     return rows[1] ~= nil
   end
-  local rows, err = claim_rows(db, CLAIM_AND_GET, { thread_id, tostring(token), job_id }, prefetch)
-  if not rows then return nil, err end
+  local rows, err, who = claim_rows(db, CLAIM_AND_GET, { thread_id, tostring(token), job_id }, reads)
+  if not rows then return nil, err, who end
   local r = rows[1]
   local stored = nil
   if r.job_id ~= pg.null and r.job_id ~= nil then stored = row_of(r) end

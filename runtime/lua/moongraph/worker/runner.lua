@@ -627,18 +627,31 @@ function _M.run(W, entry, js)
   if lease then
     js.lease = lease
     -- fence: from now on a stalled earlier holder cannot commit. The
-    -- script's prefetch reads go with it (one round trip); should the claim
-    -- fail with them for another reason than the database being away, it
-    -- goes without them and the input hook reads for itself.
-    local prefetch = nil
-    if hooks.prefetch and not j.run then
-      prefetch = function(tx) return hooks.prefetch(tx, j, env) end
-    end
+    -- script's prefetch reads go with it (one round trip); should they fail
+    -- (the hook raising, or a statement of theirs failing for another
+    -- reason than the database being away), it goes without them and the
+    -- input hook reads for itself.
+    local prefetch = hooks.prefetch and not j.run
     local claim, cerr = retry(W, log, "claiming the thread", deadline, function()
-      local c, e = results.claim(W.db, j.thread_id, lease.token, ask_with_claim and j.job_id or nil, prefetch)
-      if c == nil and prefetch and not transient(e) then
+      local reads = nil
+      if prefetch then
+        -- (what it reads elsewhere, before the claim takes a connection)
+        local ok, r = pcall(hooks.prefetch, j, env)
+        if ok and r ~= nil and type(r) ~= "function" then
+          ok, r = false, "it must return nil or a function(tx), got " .. type(r)
+        end
+        if ok then
+          reads = r
+        else
+          log:warn("the prefetch hook failed: claiming the thread without it", { error = first_line(r) })
+          prefetch = false
+          env.scratch = {}
+        end
+      end
+      local c, e, who = results.claim(W.db, j.thread_id, lease.token, ask_with_claim and j.job_id or nil, reads)
+      if c == nil and reads and (who == "reads" or not transient(e)) then
         log:warn("the prefetch hook failed: claiming the thread without it", { error = first_line(e) })
-        prefetch = nil
+        prefetch = false
         env.scratch = {}
         c, e = results.claim(W.db, j.thread_id, lease.token, ask_with_claim and j.job_id or nil)
       end
