@@ -36,7 +36,7 @@ local function records(path)
     local len, text = line:match("^(%d+) (.*)$")
     if len and tonumber(len) == #text then
       out[#out + 1] = json.decode(text)
-    elseif not line:match('^{"type":"log","format":1,"log":"%x+"}$') then
+    elseif not line:match('^{"type":"log","format":1,"log":"[%x%-]+"}$') then
       other = other + 1
     end
   end
@@ -53,7 +53,7 @@ describe("file saver layout", function()
       assert(s:put({ thread_id = "user 42/chat", checkpoint_id = "00ab" }, cp("00ac"), { source = "loop" }))
     end)
     local log = dir .. "/user%2042%2Fchat/root/checkpoints.log"
-    assert.matches('^{"type":"log","format":1,"log":"%x+"}\n', read(log))
+    assert.matches('^{"type":"log","format":1,"log":"[%x%-]+"}\n', read(log))
     local r, other = records(log)
     assert.equal(3, #r)
     assert.equal(0, other)

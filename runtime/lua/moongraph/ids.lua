@@ -5,9 +5,15 @@ names, so they are short and plain: 1 to 200 characters, each a letter, a
 digit or one of - _ . : @ (ASCII only).
 
   ids.check(v [, what]) -> true | nil, "what must be ..."
+
+And ids the runtime makes itself:
+
+  ids.unique() -> "<16 hex digits>-<hex counter>": a random prefix drawn
+                  once per process and a counter, so no two processes (and
+                  no two calls) give the same
 ]]
 
-local type = type
+local type, format, random, time = type, string.format, math.random, os.time
 
 local _M = {}
 
@@ -21,6 +27,23 @@ end
 function _M.check(v, what)
   if _M.valid(v) then return true end
   return nil, (what or "id") .. " must be 1.." .. _M.MAX .. " letters, digits or - _ . : @"
+end
+
+-- (math.random's own seed is only the time in seconds and an address)
+local prefix, count = nil, 0
+function _M.unique()
+  if not prefix then
+    local f = io.open("/dev/urandom", "rb")
+    local bytes = f and f:read(8)
+    if f then f:close() end
+    if bytes and #bytes == 8 then
+      prefix = bytes:gsub(".", function(c) return format("%02x", c:byte()) end)
+    else
+      prefix = format("%x%012x", time(), random(0) & 0xffffffffffff)
+    end
+  end
+  count = count + 1
+  return format("%s-%x", prefix, count)
 end
 
 return _M

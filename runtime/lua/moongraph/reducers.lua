@@ -19,7 +19,7 @@ copy the list once, not 1,000 times.
 ]]
 
 local type, pairs, next, error, tostring = type, pairs, next, error, tostring
-local string_format, math_random = string.format, math.random
+local ids = require "moongraph.ids"
 local table_unpack, table_move = table.unpack, table.move
 
 local _M = {}
@@ -113,23 +113,10 @@ function _M.remove(id)
   return { type = "remove", id = id }
 end
 
--- Ids for messages that come without one: a per-process random prefix and a
--- counter, so ids from different processes of one thread never meet
--- (math.random's own seed is only the time in seconds and an address).
-local id_prefix, id_count = nil, 0
+-- Ids for messages that come without one: never the same in two processes
+-- of one thread.
 local function fresh_id()
-  if not id_prefix then
-    local f = io.open("/dev/urandom", "rb")
-    local bytes = f and f:read(8)
-    if f then f:close() end
-    if bytes and #bytes == 8 then
-      id_prefix = bytes:gsub(".", function(c) return string_format("%02x", c:byte()) end)
-    else
-      id_prefix = string_format("%x%012x", os.time(), math_random(0) & 0xffffffffffff)
-    end
-  end
-  id_count = id_count + 1
-  return string_format("msg-%s-%x", id_prefix, id_count)
+  return "msg-" .. ids.unique()
 end
 
 local function coerce_message(m)

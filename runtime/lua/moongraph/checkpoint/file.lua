@@ -33,6 +33,7 @@ local string_format, string_gsub, string_byte, string_sub, string_match, string_
 local table_sort, table_concat = table.sort, table.concat
 
 local json = require "moongraph.json"
+local ids = require "moongraph.ids"
 local common = require "moongraph.checkpoint.common"
 
 local _M = {}
@@ -96,17 +97,8 @@ local LOG = "checkpoints.log"
 -- saver that still knows the log by its size that another process removed
 -- it and wrote a new one (earlier logs have none: their first line is
 -- '{"type":"log","format":1}').
-local token_prefix, token_count = nil, 0
 local function new_header()
-  if not token_prefix then
-    local f = io.open("/dev/urandom", "rb")
-    local bytes = f and f:read(8)
-    if f then f:close() end
-    if not bytes or #bytes ~= 8 then bytes = tostring(os.time()) .. tostring({}) end
-    token_prefix = string_gsub(bytes, ".", function(c) return string_format("%02x", string_byte(c)) end)
-  end
-  token_count = token_count + 1
-  return '{"type":"log","format":1,"log":"' .. token_prefix .. string_format("%x", token_count) .. '"}\n'
+  return '{"type":"log","format":1,"log":"' .. ids.unique() .. '"}\n'
 end
 
 -- The first line of log text when it is a log's header, else nil.
