@@ -163,8 +163,11 @@ static void on_poll(uv_poll_t *h, int status, int events);
 
 /* Watch the connection's current socket for `events`. libpq may switch
 ** sockets while connecting (another address, SSL retry): follow it. The
-** handle is restarted only when what it watches changes: every
-** uv_poll_start costs the loop two epoll_ctl calls. */
+** handle is restarted only when what it watches changes (every
+** uv_poll_start costs the loop two epoll_ctl calls), or when libuv stopped
+** it: it does on an error event (POLLERR), which may also come from an
+** earlier socket of the same number that a child process still holds
+** between fork and exec, while this one is fine. */
 static int watch(pgconn *pc, int events) {
   int fd = PQsocket(pc->conn);
   if (fd < 0) return -1;
@@ -180,7 +183,7 @@ static int watch(pgconn *pc, int events) {
     pc->fd = fd;
   }
   uv_ref((uv_handle_t *)&pc->poll->h);
-  if (pc->poll->events == events) return 0;
+  if (pc->poll->events == events && uv_is_active((uv_handle_t *)&pc->poll->h)) return 0;
   pc->poll->events = events;
   return uv_poll_start(&pc->poll->h, events, on_poll);
 }

@@ -805,6 +805,56 @@ describe("moongraph.pg", function()
       end)
     end)
 
+    it("a pool busy through crashes of the server leaves no statement waiting for ever", function()
+      -- restarts run from another process (a fork while the pool's sockets
+      -- come and go): an error event of a socket a child still holds made
+      -- libuv stop the watch of a live connection's new socket of that number
+      run(function()
+        local p = pg.pool(url, { size = 2 })
+        local stop, done, since = false, 0, {}
+        local function busy(n)
+          while not stop do
+            since[n] = mg.now()
+            local ok = p:transaction(function(tx)
+              assert(tx:send("SELECT 1"))
+              local rows, err = tx:query("SELECT pg_sleep(0.002), $1::text AS x", { string.rep("x", 2000 * n) })
+              if not rows then error(err, 0) end
+              return true
+            end)
+            since[n] = nil
+            if ok then done = done + 1 else mg.sleep(0.02) end
+          end
+        end
+        local tasks = {}
+        for n = 1, 8 do tasks[n] = mg.spawn(busy, n) end
+        local flag = os.tmpname()
+        for _ = 1, 6 do
+          mg.sleep(0.3)
+          os.remove(flag)
+          os.execute("(env -u LD_PRELOAD " .. servers.script .. " restart " .. srv.dir .. " immediate >/dev/null 2>&1; touch "
+            .. flag .. ") &")
+          local t0 = mg.now()
+          while not io.open(flag) and mg.now() - t0 < 30 do mg.sleep(0.05) end
+          mg.sleep(0.5)
+        end
+        os.remove(flag)
+        stop = true
+        -- every task ends its transaction (a statement of a crashed server
+        -- fails at once, one of the restarted server answers)
+        local t0 = mg.now()
+        local left = #tasks
+        while left > 0 and mg.now() - t0 < 10 do
+          mg.sleep(0.1)
+          left = 0
+          for _, t in ipairs(tasks) do if not t:done() then left = left + 1 end end
+        end
+        for _, t in ipairs(tasks) do if not t:done() then t:cancel() end end
+        assert.equal(0, left, "tasks still waiting on a statement")
+        assert.is_true(done > 0)
+        assert.equal(1, p:query("SELECT 1 AS one")[1].one)
+      end)
+    end)
+
     it("a statement running when the server crashes fails; the next one works", function()
       run(function()
         local db = connect()
