@@ -99,6 +99,7 @@ typedef struct xfer {
 typedef struct {
   uv_poll_t poll;
   curl_socket_t fd;
+  int events;         /* what curl asked to hear about (0: removed) */
 } sock_ctx;
 
 static CURLM *multi;
@@ -120,6 +121,11 @@ static void on_poll(uv_poll_t *p, int status, int events) {
   if (events & UV_WRITABLE) flags |= CURL_CSELECT_OUT;
   int running;
   curl_multi_socket_action(multi, sc->fd, flags, &running);
+  /* libuv stops the handle on an error event, which may belong to an
+  ** earlier socket of this number that a child process still holds
+  ** between fork and exec: a socket curl still wants is watched again */
+  if (status < 0 && sc->events && !uv_is_active((uv_handle_t *)&sc->poll))
+    uv_poll_start(&sc->poll, sc->events, on_poll);
   check_done();
 }
 
@@ -162,6 +168,7 @@ static int on_socket(CURL *easy, curl_socket_t s, int what, void *userp,
   sock_ctx *sc = (sock_ctx *)socketp;
   if (what == CURL_POLL_REMOVE) {
     if (sc) {
+      sc->events = 0;
       uv_poll_stop(&sc->poll);
       curl_multi_assign(multi, s, NULL);
       watched_sockets--;
@@ -177,6 +184,7 @@ static int on_socket(CURL *easy, curl_socket_t s, int what, void *userp,
   int events = 0;
   if (what & CURL_POLL_IN) events |= UV_READABLE;
   if (what & CURL_POLL_OUT) events |= UV_WRITABLE;
+  sc->events = events;
   uv_poll_start(&sc->poll, events, on_poll);
   return 0;
 }

@@ -237,6 +237,12 @@ static void ev_poll(uv_poll_t *h, int status, int events) {
   if (status < 0) events = UV_READABLE;   /* let hiredis read the error */
   if (e->ac && (events & UV_READABLE)) redisAsyncHandleRead(e->ac);
   if (e->ac && (events & UV_WRITABLE)) ev_write(e);
+  /* libuv stops the handle on an error event, which may belong to an
+  ** earlier socket of this number that a child process still holds
+  ** between fork and exec: a connection hiredis still has is watched again */
+  if (status < 0 && e->ac && e->watching && !uv_is_active((uv_handle_t *)&e->poll) &&
+      !uv_is_closing((uv_handle_t *)&e->poll))
+    uv_poll_start(&e->poll, e->watching, ev_poll);
 }
 
 /* The poll handle is restarted only when what it watches changes: every
