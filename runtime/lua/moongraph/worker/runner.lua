@@ -632,6 +632,11 @@ function _M.run(W, entry, js)
     -- reason than the database being away), it goes without them and the
     -- input hook reads for itself.
     local prefetch = hooks.prefetch and not j.run
+    local function without_prefetch(err)
+      log:warn("the prefetch hook failed: claiming the thread without it", { error = first_line(err) })
+      prefetch = false
+      env.scratch = {}
+    end
     local claim, cerr = retry(W, log, "claiming the thread", deadline, function()
       local reads = nil
       if prefetch then
@@ -640,19 +645,11 @@ function _M.run(W, entry, js)
         if ok and r ~= nil and type(r) ~= "function" then
           ok, r = false, "it must return nil or a function(tx), got " .. type(r)
         end
-        if ok then
-          reads = r
-        else
-          log:warn("the prefetch hook failed: claiming the thread without it", { error = first_line(r) })
-          prefetch = false
-          env.scratch = {}
-        end
+        if ok then reads = r else without_prefetch(r) end
       end
       local c, e, who = results.claim(W.db, j.thread_id, lease.token, ask_with_claim and j.job_id or nil, reads)
       if c == nil and reads and (who == "reads" or not transient(e)) then
-        log:warn("the prefetch hook failed: claiming the thread without it", { error = first_line(e) })
-        prefetch = false
-        env.scratch = {}
+        without_prefetch(e)
         c, e = results.claim(W.db, j.thread_id, lease.token, ask_with_claim and j.job_id or nil)
       end
       if c == nil then return nil, e end
