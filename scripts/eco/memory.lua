@@ -22,6 +22,7 @@
 --     -- load(thread_id, user_id, true) reads L2)
 --   mem:record(tx, turn_record)      -- inside the transaction that stores the result
 --   mem:cache(thread_id, m)          -- write L1 (idempotent)
+--   mem:warm(thread_id, m)           -- write L1 when m was read from L2
 --   mem:invalidate(thread_id)
 --
 -- load reads L1 and falls back to L2 (warming L1) when L1 has nothing or
@@ -168,11 +169,10 @@ function Mem:load_l1(thread_id)
   }
 end
 
--- The L2 reads on tx: the conversation with its recent messages (one
--- statement, sent ahead) and the user's profile (a Store read: the round
--- trip that carries what tx sent, and its COMMIT after
--- tx:commit_with_next) -> m (source "postgres", or "new" for an unknown
--- thread) | raises.
+-- The L2 reads on tx, which they end: the conversation with its recent
+-- messages (one statement, sent ahead) and the user's profile (a Store
+-- read: the round trip that carries what tx sent, and its COMMIT) -> m
+-- (source "postgres", or "new" for an unknown thread) | raises.
 local LOAD = [[
 SELECT c.turn, c.last_intent, c.summary::text AS summary,
   (SELECT json_agg(json_build_array(m.role, m.content, m.turn, m.intent) ORDER BY m.id)::text
@@ -182,8 +182,12 @@ FROM conversations c WHERE c.thread_id = $1]]
 
 local NO_REFRESH = { refresh_ttl = false }
 
-local function read_l2(self, tx, view, thread_id, user_id)
-  local conversation, err = tx:defer(LOAD, { thread_id, self.recent })
+local function read_l2(self, tx, thread_id, user_id)
+  local view, err = self.store:with(tx)   -- (its first use reads the Store's schema on tx: a round trip then)
+  if not view then error(err, 0) end
+  tx:commit_with_next()
+  local conversation
+  conversation, err = tx:defer(LOAD, { thread_id, self.recent })
   if not conversation then error(err, 0) end
   local p
   p, err = profile.get(view, user_id, NO_REFRESH)
@@ -209,12 +213,7 @@ end
 
 -- L2 only: m | nil, err. One transaction, one round trip.
 function Mem:load_l2(thread_id, user_id)
-  return self.db:transaction(function(tx)
-    local view, err = self.store:with(tx)   -- (its first use reads the Store's schema on tx)
-    if not view then error(err, 0) end
-    tx:commit_with_next()
-    return read_l2(self, tx, view, thread_id, user_id)
-  end)
+  return self.db:transaction(function(tx) return read_l2(self, tx, thread_id, user_id) end)
 end
 
 --[[ prefetch(thread_id, user_id) -> reads(tx) -> after() | nil: the memory
@@ -244,10 +243,7 @@ function Mem:prefetch(thread_id, user_id)
     end
   end
   return function(tx)
-    local view, verr = self.store:with(tx)   -- (its first use reads the Store's schema: a round trip then)
-    if not view then error(verr, 0) end
-    tx:commit_with_next()
-    local m = read_l2(self, tx, view, thread_id, user_id)
+    local m = read_l2(self, tx, thread_id, user_id)
     return function() return m end
   end
 end
@@ -263,8 +259,15 @@ function Mem:load(thread_id, user_id, skip_l1)
   end
   m, err = self:load_l2(thread_id, user_id)
   if not m then return nil, err end
-  if m.source ~= "new" then self:cache(thread_id, m) end
+  self:warm(thread_id, m)
   return m
+end
+
+-- warm(thread_id, m): L1 gets a memory read from L2 (a thread L2 does not
+-- know stays out of it) -> true | nil, err
+function Mem:warm(thread_id, m)
+  if m.source ~= "postgres" then return true end
+  return self:cache(thread_id, m)
 end
 
 -- cache(thread_id, m): replace L1 with m (turn, intent, location, summary,

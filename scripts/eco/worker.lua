@@ -103,8 +103,8 @@ function _M.input(job, env)
   local memory_tiers = mem_of(env)
   local mem, err = env.scratch.prefetched, nil
   if mem then
-    -- read with the claim from L2: L1 gets it, as a load would give it
-    if mem.source == "postgres" then memory_tiers:cache(job.thread_id, mem) end
+    -- read with the claim from L2: L1 gets it, as after a load
+    memory_tiers:warm(job.thread_id, mem)
   else
     mem, err = memory_tiers:load(job.thread_id, job.user_id, mem == false)
     if not mem then return nil, "memory: " .. tostring(err) end

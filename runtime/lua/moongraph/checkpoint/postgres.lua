@@ -516,13 +516,17 @@ end
 
 ---------------------------------------------------------------- reading
 
-local SELECT_SQL = [[
-SELECT c.checkpoint_id, c.parent_id, c.checkpoint::text AS cp, c.channel_versions::text AS cv,
-  c.metadata::text AS md,
-  (SELECT json_agg(json_build_array(w.task_id, w.writes))::text
+-- The pending writes of checkpoint row c, as [[task_id, writes], ...]
+-- (SQL NULL: none): a column of the reads (pending_of decodes it).
+local WRITES_OF_C = [[(SELECT json_agg(json_build_array(w.task_id, w.writes))::text
      FROM moongraph_checkpoint_writes w
     WHERE w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns
-      AND w.checkpoint_id = c.checkpoint_id) AS writes
+      AND w.checkpoint_id = c.checkpoint_id) AS writes]]
+
+local SELECT_SQL = [[
+SELECT c.checkpoint_id, c.parent_id, c.checkpoint::text AS cp, c.channel_versions::text AS cv,
+  c.metadata::text AS md, ]] .. WRITES_OF_C .. [[
+
 FROM moongraph_checkpoints c
 WHERE c.thread_id = $1 AND c.checkpoint_ns = $2 %s
 ORDER BY c.checkpoint_id DESC
@@ -540,8 +544,6 @@ local function decode(text, what)
   return v
 end
 
--- rows of SELECT_SQL -> list of tuples | nil, err. `seed` fills the value
--- cache with what the first (latest) row holds.
 -- The pending writes of checkpoint `id` from the rows' JSON
 -- ([[task_id, [[channel, value], ...]], ...] or SQL NULL), task by task in
 -- task id order -> { {task_id, channel, value}, ... } | nil, err
@@ -557,6 +559,8 @@ local function pending_of(text, id)
   return pending
 end
 
+-- rows of SELECT_SQL -> list of tuples | nil, err. `seed` fills the value
+-- cache with what the first (latest) row holds.
 local function tuples(self, cfg, ns, rows, seed)
   local out, wanted, pairs_list = {}, {}, {}
   for _, r in ipairs(rows) do
@@ -658,8 +662,7 @@ function saver:list(cfg, opts)
   return tuples(self, cfg, ns, rows, false)
 end
 
---[[ head(cfg) -> { checkpoint_id =, tasks = {sorted task ids with writes},
-pending_writes = (as get gives them) } | nil | nil, err
+--[[ head(cfg) -> { checkpoint_id =, pending_writes = (as get gives them) } | nil | nil, err
 The latest (or the given) checkpoint's id and its pending writes, without
 its state values: what the cached saver takes with its copy of the
 checkpoint (a task's writes may change under a checkpoint: a resumed task's
@@ -676,10 +679,8 @@ function saver:head(cfg)
   end
   local rows
   rows, err = self.db:query(format([[
-    SELECT c.checkpoint_id,
-      (SELECT json_agg(json_build_array(w.task_id, w.writes))::text FROM moongraph_checkpoint_writes w
-        WHERE w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns
-          AND w.checkpoint_id = c.checkpoint_id) AS writes
+    SELECT c.checkpoint_id, ]] .. WRITES_OF_C .. [[
+
     FROM moongraph_checkpoints c WHERE c.thread_id = $1 AND c.checkpoint_ns = $2 %s
     ORDER BY c.checkpoint_id DESC LIMIT 1]], where), params)
   if not rows then return nil, err end
@@ -688,14 +689,7 @@ function saver:head(cfg)
   local pending
   pending, err = pending_of(r.writes, r.checkpoint_id)
   if not pending then return nil, err end
-  local tasks, seen = {}, {}
-  for _, w in ipairs(pending) do
-    if not seen[w[1]] then
-      seen[w[1]] = true
-      tasks[#tasks + 1] = w[1]
-    end
-  end
-  return { checkpoint_id = r.checkpoint_id, tasks = tasks, pending_writes = pending }
+  return { checkpoint_id = r.checkpoint_id, pending_writes = pending }
 end
 
 local DELETE_SQL = [[
