@@ -157,15 +157,17 @@ static void do_append(store_op *op) {
   /* a file that no longer starts with the header it had was replaced */
   int replaced = 0;
   if (op->header && st.st_size > 0 && op->offset > 0) {
-    char head[256];
     size_t n = op->header_len;
-    if (n > sizeof head || (off_t)n > st.st_size) {
-      replaced = 1;
-    } else {
+    if ((off_t)n > st.st_size) replaced = 1;
+    /* in pieces: a header of any length is compared, not taken as changed */
+    for (size_t at = 0; !replaced && at < n;) {
+      char head[256];
+      size_t k = n - at < sizeof head ? n - at : sizeof head;
       ssize_t r;
-      do { r = pread(fd, head, n, 0); } while (r < 0 && errno == EINTR);
+      do { r = pread(fd, head, k, (off_t)at); } while (r < 0 && errno == EINTR);
       if (r < 0) { fail(op, "read"); close(fd); return; }
-      replaced = (size_t)r != n || memcmp(head, op->header, n) != 0;
+      replaced = (size_t)r != k || memcmp(head, op->header + at, k) != 0;
+      at += k;
     }
   }
   if (st.st_size != op->offset || replaced) {
