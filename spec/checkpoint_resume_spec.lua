@@ -24,6 +24,27 @@ for _, kind in ipairs { "memory", "file" } do
       return G.checkpoint.file(tmp.dir("saver"))
     end
 
+    it("adds the run's cfg.metadata to the metadata of every checkpoint it saves; the engine's keys win", function()
+      local app = linear(saver())
+      run(function()
+        app:invoke({ count = 0 }, { thread_id = "md", metadata = { owner = "spec", step = "mine", n = 2 } })
+        local list = app:history { thread_id = "md" }
+        assert.equal(4, #list)
+        for _, snap in ipairs(list) do
+          assert.equal("spec", snap.metadata.owner)
+          assert.equal(2, snap.metadata.n)
+          assert.equal("integer", math.type(snap.metadata.n))
+          assert.equal("integer", math.type(snap.metadata.step))
+        end
+        assert.equal("input", list[#list].metadata.source)
+        -- a later run without it saves none of it
+        app:invoke({ count = 0 }, { thread_id = "md" })
+        assert.is_nil(app:get_state({ thread_id = "md" }).metadata.owner)
+        assert.has_error(function() app:invoke({}, { thread_id = "md2", metadata = "x" }) end,
+          "bad argument #2 to 'invoke': metadata must be a table")
+      end)
+    end)
+
     it("keeps each checkpoint as it was saved when nodes later change tables they returned or read", function()
       local g = G.new { items = R.append }
       local kept

@@ -82,7 +82,8 @@ end
 
 --[[ save(run, plan, source, ran)
 A checkpoint of the run's state before `plan`, parented on run.cp_id;
-metadata {source = "input"|"loop"|"update", step, ran = node names}. ]]
+metadata {source = "input"|"loop"|"update", step, ran = node names}, and
+the keys of the run's cfg.metadata. ]]
 function _M.save(run, plan, source, ran)
   local next_list
   local only = not plan[2] and plan[1]
@@ -128,7 +129,12 @@ function _M.save(run, plan, source, ran)
       v = 1, id = id, ts = timestamp(ms), step = run.step, values = run.values,
       next = next_list, barriers = barriers, deferred = deferred,
     }
-    md = { source = source, step = run.step, ran = ran }
+    -- the run's own metadata (cfg.metadata) first: the engine's keys win
+    md = {}
+    if run.metadata then
+      for k, v in pairs(run.metadata) do md[k] = v end
+    end
+    md.source, md.step, md.ran = source, run.step, ran
     if run.writer.reuse and not run.sink then run.cp_scratch = { cp, md } end
   end
   local parent = run.cp_id

@@ -76,11 +76,12 @@ local function new_run(app, cfg, parent, ns, sink, trace)
     sink = sink, trace = trace, copy_on_write = false, observed = false, records_kept = false,
     cp_id = nil, cp_parent = nil, saved_id = nil, last_id = nil, own_id = nil, cp_cfg = nil,
     barriers = nil, deferred = nil, results = nil, inline_res = nil, store = nil,
-    saved_writes = nil, writes_scratch = nil, cp_scratch = nil, loop = _M,
+    saved_writes = nil, writes_scratch = nil, cp_scratch = nil, metadata = nil, loop = _M,
   }
   run.store = app.store
   if parent then
     run.saver, run.writer, run.thread_id = parent.saver, parent.writer, parent.thread_id
+    run.metadata = parent.metadata
     run.store = run.store or parent.store
   else
     local saver = app.checkpointer
@@ -100,6 +101,10 @@ local function new_run(app, cfg, parent, ns, sink, trace)
       if cfg.on_first_save ~= nil and type(cfg.on_first_save) ~= "function" then
         error("bad argument #2 to 'invoke': on_first_save must be a function", 0)
       end
+      if cfg.metadata ~= nil and type(cfg.metadata) ~= "table" then
+        error("bad argument #2 to 'invoke': metadata must be a table", 0)
+      end
+      run.metadata = cfg.metadata
       run.writer = writer.new(saver, mode, run.thread_id, cfg.drop_unsaved, cfg.on_first_save)
     end
   end
