@@ -8,6 +8,7 @@ local results = require "moongraph.worker.results"
 
 local CHAT = "chat=scripts/eco/chat.lua"
 local STEPS = "steps=spec/support/worker_scripts/steps.lua"
+local TURNS = "turns=spec/support/worker_scripts/turns.lua"
 
 local env
 
@@ -190,11 +191,108 @@ describe("jobs of one thread", function()
       local marks = {}
       for _, m in ipairs(assert(db:query("SELECT what FROM spec_marks ORDER BY what"))) do marks[#marks + 1] = m.what end
       assert.same({ "cleanup 1", "cleanup 2", "record 1" }, marks)
+      -- the thread's results are counted: the claims see on-time and c1,
+      -- not c1's refused second commit nor the stale one
+      local c3, stored3, commits = results.claim(db, "fenced", "500")
+      assert.is_true(c3)
+      assert.is_nil(stored3)
+      assert.equal(2, commits)
+      local _, _, commits_j = results.claim(db, "fenced", "500", "c1")
+      assert.equal(2, commits_j)
+      assert.equal(0, select(3, results.claim(db, "new-thread", "1", "x")))
       local ok2, err2 = results.commit(db, { job_id = "c2", thread_id = "fenced", status = "done" },
         nil, nil, function() return nil, "cannot" end)
       assert.is_nil(ok2)
       assert.matches("cleanup: cannot", err2, 1, true)
       assert.is_nil((results.get(db, "c2")))
+    end)
+  end)
+
+  -- A job of `thread` killed mid-run (its first checkpoint saved:
+  -- durability sync), then the thread's next job answered by another
+  -- worker before that worker claims the killed one. `before_b(db)` runs
+  -- between the kill and the second worker's start. -> the worker, the
+  -- killed job's row, the second job's row, the turns recorded.
+  local function thread_moved_on(thread, args, before_b)
+    local a = env:worker(args)
+    return mg.run(function()
+      a:wait_started()
+      local r, db = env:conns()
+      local c = assert(client.connect { redis = r })
+      local first = assert(c:submit { thread_id = thread, input = { hold = true } })
+      assert(r:call("SET", "spec:hold:" .. first, "1"))
+      wait_node_start(c, first, "work")
+      assert.equal(137, a:kill())
+      assert(r:call("DEL", "spec:hold:" .. first))
+      if before_b then before_b(db) end
+      -- b reads the next turn at once and takes the thread when a's lease
+      -- expires; it claims the killed job only seconds later
+      local b_args = { "--claim-interval", "4" }
+      for _, v in ipairs(args) do b_args[#b_args + 1] = v end
+      local b = env:worker(b_args)
+      b:wait_started()
+      local second = assert(c:submit { thread_id = thread, input = {} })
+      local _, done2 = events_of(c, second, 30)
+      assert.equal("done", done2.data.status)
+      local _, done1 = events_of(c, first, 30)
+      assert.equal("done", done1.data.status)
+      local turns = assert(db:query(
+        "SELECT turn, job_id FROM turnspec_turns WHERE thread_id = $1 ORDER BY turn, job_id", { thread }))
+      local rows = { assert(results.get(db, first)), assert(results.get(db, second)) }
+      b:signal("TERM")
+      assert.equal(0, b:wait())
+      return b, rows[1], rows[2], turns
+    end)
+  end
+
+  it("a job killed mid-run after its thread's next turn was answered starts over, as the turn after it", function()
+    local b, first, second, turns = thread_moved_on("moved",
+      { "--script", TURNS, "--claim-idle", "1", "--durability", "sync" })
+    assert.equal("turn 1", second.answer)
+    assert.equal("turn 2", first.answer)
+    assert.equal(2, first.deliveries)
+    assert.same({ { turn = 1, job_id = second.job_id }, { turn = 2, job_id = first.job_id } }, turns)
+    assert.equal(1, #b:logged("the thread moved on since the job's checkpoint: starting the job over"))
+    assert.equal(0, #b:logged("job resumed from its checkpoint"))
+  end)
+
+  it("a checkpoint saved by an earlier version (no count of the thread's results) is resumed as it was", function()
+    local b, first, second = thread_moved_on("moved-old",
+      { "--script", TURNS, "--claim-idle", "1", "--durability", "sync", "--checkpoint", "postgres" }, function(db)
+      local n = assert(db:query([[
+UPDATE moongraph_checkpoints SET metadata = (metadata::jsonb - 'thread_commits')::json
+WHERE metadata::jsonb ? 'thread_commits' RETURNING 1]]))
+      assert.is_true(#n >= 1)
+    end)
+    -- it read its memory before the second job's turn, as before
+    assert.equal("turn 1", second.answer)
+    assert.equal("turn 1", first.answer)
+    assert.equal(1, #b:logged("job resumed from its checkpoint"))
+    assert.equal(0, #b:logged("the thread moved on"))
+  end)
+
+  it("a job killed mid-run resumes from its checkpoint when its thread has not moved on", function()
+    local a = env:worker { "--script", TURNS, "--claim-idle", "1", "--durability", "sync" }
+    mg.run(function()
+      a:wait_started()
+      local r, db = env:conns()
+      local c = assert(client.connect { redis = r })
+      local before = assert(c:submit { thread_id = "still", input = {} })
+      events_of(c, before)
+      local id = assert(c:submit { thread_id = "still", input = { hold = true } })
+      assert(r:call("SET", "spec:hold:" .. id, "1"))
+      wait_node_start(c, id, "work")
+      assert.equal(137, a:kill())
+      assert(r:call("DEL", "spec:hold:" .. id))
+      local b = env:worker { "--script", TURNS, "--claim-idle", "1", "--claim-interval", "0.3",
+                             "--durability", "sync" }
+      local _, done = events_of(c, id, 30)
+      assert.equal("done", done.data.status)
+      assert.equal("turn 2", assert(results.get(db, id)).answer)
+      assert.equal(1, #b:logged("job resumed from its checkpoint"))
+      assert.equal(0, #b:logged("the thread moved on"))
+      b:signal("TERM")
+      assert.equal(0, b:wait())
     end)
   end)
 

@@ -108,6 +108,16 @@ CREATE OR REPLACE FUNCTION moongraph_result_refused(reason text) RETURNS integer
   END $f$;
 ]],
   },
+  {
+    -- a thread's stored results, counted: a job resumed from its
+    -- checkpoint compares the count it started under with its claim's
+    -- (moongraph.worker.results)
+    version = 6,
+    name = "thread fences count the thread's results",
+    sql = [[
+ALTER TABLE thread_fences ADD COLUMN commits bigint NOT NULL DEFAULT 0;
+]],
+  },
 }
 
 -- The record table, and its upgrade from the time it had no scope column

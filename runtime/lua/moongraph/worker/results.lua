@@ -16,10 +16,14 @@
 -- token grows with each holder. The table thread_fences keeps, per thread,
 -- the largest token that claimed it; a worker that stalled past its lease
 -- holds a smaller token than the run after it, and its commit is refused
--- ("stale"), so it cannot write over a later turn of the conversation.
+-- ("stale"), so it cannot write over a later turn of the conversation. It
+-- also counts the thread's results stored with a fence (`commits`): a job
+-- that resumes a run an earlier delivery started compares the count that
+-- run started under with its own claim's, and starts over when the thread
+-- has moved on in between (its run read the thread's memory before that).
 --
---   local ok, err = results.claim(db, thread_id, token)   -- false: a later holder claimed it
---   local ok, stored = results.claim(db, thread_id, token, job_id)
+--   local ok, _, commits = results.claim(db, thread_id, token)   -- false: a later holder claimed it
+--   local ok, stored, commits = results.claim(db, thread_id, token, job_id)
 --                                       -- and the job's stored row, if any (one statement)
 --   results.claim(db, thread_id, token, job_id, reads)
 --                                       -- and a script's reads, in the same round trip
@@ -66,20 +70,21 @@ local FENCE = [[
 INSERT INTO thread_fences (thread_id, token) VALUES ($1, $2::numeric)
 ON CONFLICT (thread_id) DO UPDATE SET token = EXCLUDED.token, updated_at = now()
   WHERE thread_fences.token <= EXCLUDED.token
-RETURNING thread_id]]
+RETURNING commits]]
 
 _M.STALE = "stale lease: a later run of the thread holds it"
 
 local CLAIM_AND_GET = [[
 WITH f AS (]] .. FENCE .. [[)
-SELECT (SELECT count(*) FROM f)::int AS claimed,
+SELECT (SELECT count(*) FROM f)::int AS claimed, (SELECT commits FROM f) AS commits,
   r.job_id, r.thread_id, r.user_id, r.status, r.answer, r.error, r.state::text AS state, r.worker, r.deliveries
 FROM (SELECT 1) AS one LEFT JOIN job_results r ON r.job_id = $3]]
 
 -- claim(db, thread_id, token [, job_id [, reads]]) -> true | false (a
--- later holder already claimed the thread) | nil, err [, "reads"]. With
--- job_id, the job's stored row (or nil) comes second, read in the same
--- statement. reads(tx) -> nil | after(): a script's reads that go with the
+-- later holder already claimed the thread), stored, commits | nil, err
+-- [, "reads"]. With job_id, the job's stored row (or nil) is `stored`,
+-- read in the same statement; `commits` is the thread's count of results
+-- (when claimed). reads(tx) -> nil | after(): a script's reads that go with the
 -- claim, in its transaction (the prefetch hook's), run after the claim is
 -- sent: what it defers goes with the claim in one round trip, which also
 -- carries the COMMIT (reads that query call tx:commit_with_next() before
@@ -111,14 +116,15 @@ function _M.claim(db, thread_id, token, job_id, reads)
   if job_id == nil then
     local rows, err, who = claim_rows(db, FENCE, { thread_id, tostring(token) }, reads)
     if not rows then return nil, err, who end
-    return rows[1] ~= nil
+    local r = rows[1]
+    return r ~= nil, nil, r and r.commits
   end
   local rows, err, who = claim_rows(db, CLAIM_AND_GET, { thread_id, tostring(token), job_id }, reads)
   if not rows then return nil, err, who end
   local r = rows[1]
   local stored = nil
   if r.job_id ~= pg.null and r.job_id ~= nil then stored = row_of(r) end
-  return r.claimed == 1, stored
+  return r.claimed == 1, stored, nz(r.commits)
 end
 
 local INSERT = [[
@@ -132,8 +138,9 @@ RETURNING job_id]]
 -- can then be sent with the COMMIT, after what the record hook wrote.
 local FENCED_INSERT = [[
 WITH f AS (
-  INSERT INTO thread_fences (thread_id, token) VALUES ($10, $11::numeric)
-  ON CONFLICT (thread_id) DO UPDATE SET token = EXCLUDED.token, updated_at = now()
+  INSERT INTO thread_fences (thread_id, token, commits) VALUES ($10, $11::numeric, 1)
+  ON CONFLICT (thread_id) DO UPDATE
+    SET token = EXCLUDED.token, updated_at = now(), commits = thread_fences.commits + 1
     WHERE thread_fences.token <= EXCLUDED.token
   RETURNING thread_id
 ), i AS (

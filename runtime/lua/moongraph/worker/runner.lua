@@ -28,7 +28,9 @@
 --      one exist after all (Redis lost the delivery count), the run starts
 --      over, and a checkpoint it writes conflicts, after which the job reads
 --      the saved one and resumes); a new run's input is the job's input, or
---      what the script's `input` hook builds from it;
+--      what the script's `input` hook builds from it. A run is not resumed
+--      when another job of the thread stored its result since it began (it
+--      read the thread's memory before that turn): it starts over;
 --   4. the result (what the `result` hook makes of the final state) and
 --      whatever the `record` hook writes are stored in one Postgres
 --      transaction, insert-once on job_id and refused if the thread's fence
@@ -82,6 +84,15 @@ local function ms(sec) return floor(sec * 1e6 + 0.5) / 1000 end
 -- (invalid UTF-8 as U+FFFD, NUL spelled out).
 local function first_line(e)
   return (to_utf8(error_message(e)):gsub("%z", "\\u0000"))
+end
+
+-- Whether the thread stored another job's result since the run of `tup`
+-- began (its checkpoints keep the count of results its claim found; those
+-- of an earlier version keep none, and are resumed).
+local function moved_on(tup, commits)
+  local md = tup.metadata
+  local then_ = type(md) == "table" and md.thread_commits or nil
+  return commits ~= nil and then_ ~= nil and then_ ~= commits
 end
 
 -- Retry fn() -> ok | nil, err with backoff until it succeeds; the task may
@@ -623,6 +634,7 @@ function _M.run(W, entry, js)
   -- the thread: one job of a conversation at a time (moongraph.multitask);
   -- a job that cannot run is stored with the reason (`forced`)
   local forced = nil
+  local thread_commits = nil   -- the thread's count of results, as the claim found it
   local lease, lerr, linfo = take_thread(W, j, js, log, deadline)
   if lease then
     js.lease = lease
@@ -647,13 +659,13 @@ function _M.run(W, entry, js)
         end
         if ok then reads = r else without_prefetch(r) end
       end
-      local c, e, who = results.claim(W.db, j.thread_id, lease.token, ask_with_claim and j.job_id or nil, reads)
-      if c == nil and reads and (who == "reads" or not transient(e)) then
+      local c, e, x = results.claim(W.db, j.thread_id, lease.token, ask_with_claim and j.job_id or nil, reads)
+      if c == nil and reads and (x == "reads" or not transient(e)) then
         without_prefetch(e)
-        c, e = results.claim(W.db, j.thread_id, lease.token, ask_with_claim and j.job_id or nil)
+        c, e, x = results.claim(W.db, j.thread_id, lease.token, ask_with_claim and j.job_id or nil)
       end
       if c == nil then return nil, e end
-      return { claimed = c, stored = e }
+      return { claimed = c, stored = e, commits = x }
     end)
     if claim == nil then return release(W, log, "postgres: " .. first_line(cerr)) end
     if claim.stored then return duplicate(claim.stored) end
@@ -661,6 +673,7 @@ function _M.run(W, entry, js)
       js.lease = nil
       return release(W, log, "a later job of the thread holds it")
     end
+    thread_commits = claim.commits
   elseif lerr == "busy" then
     forced = { status = "rejected", no_record = true,
                error = ("the thread '%s' is busy with job %s (multitask_strategy reject)")
@@ -690,6 +703,9 @@ function _M.run(W, entry, js)
     -- (step 4), which also deletes the thread
     drop_unsaved = true,
     job_id = j.job_id, conversation_id = j.thread_id, user_id = j.user_id,
+    -- kept with each checkpoint: a later delivery that finds the thread's
+    -- count moved does not resume the run (below)
+    metadata = thread_commits and { thread_commits = thread_commits } or nil,
   }
   -- whether the job's thread may hold checkpoints to delete: an earlier
   -- attempt's, or this one's once its run hands the saver a write
@@ -711,6 +727,18 @@ function _M.run(W, entry, js)
         if t == nil and e then return nil, e end
         return t or false
       end, true)
+      if tup and moved_on(tup, thread_commits) then
+        -- a later job of the thread stored its turn after this run read
+        -- the thread's memory: the run starts over from a new input
+        log:info("the thread moved on since the job's checkpoint: starting the job over", {
+          thread_id = j.thread_id, commits = thread_commits })
+        tup, terr = retry(W, log, "deleting the job's checkpoint", deadline, function()
+          local dok, d, e = pcall(W.saver.delete_thread, W.saver, thread)
+          if not dok then return nil, d end
+          if not d then return nil, e end
+          return false
+        end, true)
+      end
       if tup then read_checkpoint = true end
     end
     if tup == nil then
