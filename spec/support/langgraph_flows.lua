@@ -125,6 +125,8 @@ function check.state(r)
   assert.same({}, r.state.next)
   assert.equal(4, #r.history)
   assert.equal(r.state.checkpoint.checkpoint_id, r.history[1].checkpoint.checkpoint_id)
+  -- the run's metadata is in each of its checkpoints'
+  for _, snap in ipairs(r.history) do assert.equal("spec", snap.metadata.team) end
   assert.same({ "think", "ticks" }, r.older.values.steps)
   assert.is_string(r.update.checkpoint.checkpoint_id)
   assert.equal("by hand", r.after.values.note)

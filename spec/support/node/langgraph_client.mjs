@@ -68,7 +68,9 @@ const scenarios = {
 
   async state() {
     const thread = await client.threads.create();
-    const waited = await client.runs.wait(thread.thread_id, "agent", { input: say("keep me") });
+    const waited = await client.runs.wait(thread.thread_id, "agent", {
+      input: say("keep me"), metadata: { team: "spec" },
+    });
     const state = await client.threads.getState(thread.thread_id);
     const history = await client.threads.getHistory(thread.thread_id, { limit: 10 });
     const older = await client.threads.getState(thread.thread_id, history[1].checkpoint.checkpoint_id);
