@@ -55,6 +55,12 @@ describe("Eco² conversation memory", function()
       o.rewarmed = assert(mem:load_l1("th"))
       o.profile = assert(mem:profile("u7"))
       o.ttl = r:call("TTL", "mgspec:memory:th:recent")
+      -- a turn committed that L1 did not get: L1 is not used, and gets L2
+      local t4 = { thread_id = "th", user_id = "u7", job_id = "j4", turn = 4, intent = "waste",
+                   message = "q4", answer = "a4" }
+      assert(db:transaction(function(tx) return assert(mem:record(tx, t4)) end))
+      o.behind = assert(mem:load("th", "u7"))
+      o.behind_l1 = assert(mem:load_l1("th"))
       return o
     end)
     assert.same({ "new", 0 }, { out.new.source, out.new.turn })
@@ -72,6 +78,9 @@ describe("Eco² conversation memory", function()
       assert.equal("integer", math.type(m.messages[1].turn))
     end
     assert.equal("redis", out.l1.source)
+    local last = out.behind.messages[#out.behind.messages]
+    assert.same({ "postgres", 4, "a4" }, { out.behind.source, out.behind.turn, last.content })
+    assert.same({ "redis", 4 }, { out.behind_l1.source, out.behind_l1.turn })
     assert.equal("postgres", out.l2.source)
     assert.equal("redis", out.rewarmed.source)
     assert.equal(3, out.profile.turns)

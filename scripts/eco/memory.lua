@@ -25,8 +25,10 @@
 --   mem:warm(thread_id, m)           -- write L1 when m was read from L2
 --   mem:invalidate(thread_id)
 --
--- load reads L1 and falls back to L2 (warming L1) when L1 has nothing or
--- Redis is unreachable; a Postgres failure is returned as nil, err.
+-- load reads L1, used when L2's conversation is at L1's turn, and falls
+-- back to L2 (warming L1) when L1 has nothing, is behind L2 (a turn
+-- committed that L1 did not get) or Redis is unreachable; a Postgres
+-- failure is returned as nil, err.
 
 local pg = require "moongraph.pg"
 local store_mod = require "moongraph.store"
@@ -248,12 +250,22 @@ function Mem:prefetch(thread_id, user_id)
   end
 end
 
+-- L2's turn of the thread (0: none) | nil, err
+function Mem:l2_turn(thread_id)
+  local rows, err = self.db:query(CHECK_TURN, { thread_id })
+  if not rows then return nil, err end
+  return rows[1] and nz(rows[1].turn) or 0
+end
+
 function Mem:load(thread_id, user_id, skip_l1)
   local m, err
   if not skip_l1 then
     m, err = self:load_l1(thread_id)
-    if m then return m end
-    if err and self.log then
+    if m then
+      local turn, terr = self:l2_turn(thread_id)
+      if not turn then return nil, terr end
+      if turn == m.turn then return m end
+    elseif err and self.log then
       self.log:warn("memory: Redis unavailable, reading Postgres", { thread_id = thread_id, error = tostring(err) })
     end
   end
