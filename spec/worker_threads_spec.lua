@@ -296,6 +296,37 @@ WHERE metadata::jsonb ? 'thread_commits' RETURNING 1]]))
     end)
   end)
 
+  it("a delivery whose thread a later lease claimed stops at its run's checkpoint conflict", function()
+    local a = env:worker { "--script", TURNS, "--claim-idle", "30", "--durability", "sync",
+                           "--checkpoint", "postgres" }
+    mg.run(function()
+      a:wait_started()
+      local r, db = env:conns()
+      local c = assert(client.connect { redis = r })
+      local id = assert(c:submit { thread_id = "overtaken", input = { hold = true } })
+      assert(r:call("SET", "spec:hold:" .. id, "1"))
+      wait_node_start(c, id, "work")
+      -- a later holder claims the thread, and (as its delivery of the job
+      -- would) starts the job's checkpoints over: the run's next put conflicts
+      assert.is_true((results.claim(db, "overtaken", "1" .. string.rep("0", 30))))
+      assert(mg.checkpoint.postgres(env.pg_url):delete_thread("job:" .. id))
+      assert(r:call("DEL", "spec:hold:" .. id))
+      local left
+      wenv.eventually("the job left pending", 20, function()
+        left = a:logged("job left pending for a later attempt")[1]
+        return left ~= nil
+      end)
+      assert.equal("the thread's lease passed to a later job while this one ran (stalled worker)", left.reason)
+      assert.equal(1, #a:logged("the run's checkpointer failed"))
+      assert.equal(1, #a:logged("job started"))
+      assert.is_nil((results.get(db, id)))
+      assert.equal(0, assert(db:query("SELECT count(*)::int AS n FROM moongraph_checkpoints WHERE thread_id = $1",
+        { "job:" .. id }))[1].n)
+    end)
+    a:signal("TERM")
+    mg.run(function() assert.equal(0, a:wait()) end)
+  end)
+
   it("moongraph submit sends the job's multitask_strategy, and refuses an unknown one", function()
     local bad = env:spawn { "submit", "--redis", env.redis_url, "--thread", "t", "--multitask-strategy", "merge", "hi" }
     local good = env:spawn { "submit", "--redis", env.redis_url, "--thread", "t", "--multitask-strategy", "reject", "hi" }

@@ -86,13 +86,17 @@ local function first_line(e)
   return (to_utf8(error_message(e)):gsub("%z", "\\u0000"))
 end
 
--- Whether the thread stored another job's result since the run of `tup`
--- began (its checkpoints keep the count of results its claim found; those
--- of an earlier version keep none, and are resumed).
-local function moved_on(tup, commits)
+-- The run of `tup` against this delivery's claim, by the count of the
+-- thread's results each found (a run's checkpoints keep its claim's):
+-- "moved" when the thread stored another job's result since the run began,
+-- "later" when a later delivery of this job (under a later lease) saved
+-- it, so this one was overtaken; nil otherwise (and for checkpoints of an
+-- earlier version, which keep no count: they are resumed).
+local function since_run(tup, commits)
   local md = tup.metadata
   local then_ = type(md) == "table" and md.thread_commits or nil
-  return commits ~= nil and then_ ~= nil and then_ ~= commits
+  if commits == nil or then_ == nil or then_ == commits then return nil end
+  return then_ < commits and "moved" or "later"
 end
 
 -- Retry fn() -> ok | nil, err with backoff until it succeeds; the task may
@@ -721,13 +725,31 @@ function _M.run(W, entry, js)
     if none_yet then
       none_yet = false
     else
+      if failures > 0 and js.lease then
+        -- the run's checkpointer failed, maybe in a conflict with a later
+        -- delivery of this job: this one goes on only while its lease is
+        -- the last that claimed the thread (else its run would undo that
+        -- delivery's work until its commit is refused)
+        local held, ferr = retry(W, log, "checking the thread's fence", deadline, function()
+          local c, e = results.claim(W.db, j.thread_id, js.lease.token)
+          if c == nil then return nil, e end
+          return c
+        end)
+        if held == nil then
+          mg.timeout(1, em.flush, em)
+          return release(W, log, "postgres: " .. first_line(ferr))
+        end
+        if not held then return overtaken(W, log, js, em) end
+      end
       tup, terr = retry(W, log, "reading the job's checkpoint", deadline, function()
         local gok, t, e = pcall(W.saver.get, W.saver, { thread_id = thread })
         if not gok then return nil, t end
         if t == nil and e then return nil, e end
         return t or false
       end, true)
-      if tup and moved_on(tup, thread_commits) then
+      local since = tup and since_run(tup, thread_commits)
+      if since == "later" then return overtaken(W, log, js, em) end
+      if since == "moved" then
         -- a later job of the thread stored its turn after this run read
         -- the thread's memory: the run starts over from a new input
         log:info("the thread moved on since the job's checkpoint: starting the job over", {
