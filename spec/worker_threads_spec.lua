@@ -28,6 +28,15 @@ local function wait_node_start(c, job_id, node)
   assert(seen, job_id .. " never started " .. node)
 end
 
+-- A turn of `thread` (turns.lua) whose node waits until the spec lets it
+-- go (deletes spec:hold:<job_id>), submitted and running -> its job id.
+local function held_turn(c, r, thread)
+  local id = assert(c:submit { thread_id = thread, input = { hold = true } })
+  assert(r:call("SET", "spec:hold:" .. id, "1"))
+  wait_node_start(c, id, "work")
+  return id
+end
+
 describe("jobs of one thread", function()
   setup(function() env = wenv.new() end)
   teardown(function() if env then env:destroy() end end)
@@ -219,9 +228,7 @@ describe("jobs of one thread", function()
       a:wait_started()
       local r, db = env:conns()
       local c = assert(client.connect { redis = r })
-      local first = assert(c:submit { thread_id = thread, input = { hold = true } })
-      assert(r:call("SET", "spec:hold:" .. first, "1"))
-      wait_node_start(c, first, "work")
+      local first = held_turn(c, r, thread)
       assert.equal(137, a:kill())
       assert(r:call("DEL", "spec:hold:" .. first))
       if before_b then before_b(db) end
@@ -279,9 +286,7 @@ WHERE metadata::jsonb ? 'thread_commits' RETURNING 1]]))
       local c = assert(client.connect { redis = r })
       local before = assert(c:submit { thread_id = "still", input = {} })
       events_of(c, before)
-      local id = assert(c:submit { thread_id = "still", input = { hold = true } })
-      assert(r:call("SET", "spec:hold:" .. id, "1"))
-      wait_node_start(c, id, "work")
+      local id = held_turn(c, r, "still")
       assert.equal(137, a:kill())
       assert(r:call("DEL", "spec:hold:" .. id))
       local b = env:worker { "--script", TURNS, "--claim-idle", "1", "--claim-interval", "0.3",
@@ -303,9 +308,7 @@ WHERE metadata::jsonb ? 'thread_commits' RETURNING 1]]))
       a:wait_started()
       local r, db = env:conns()
       local c = assert(client.connect { redis = r })
-      local id = assert(c:submit { thread_id = "overtaken", input = { hold = true } })
-      assert(r:call("SET", "spec:hold:" .. id, "1"))
-      wait_node_start(c, id, "work")
+      local id = held_turn(c, r, "overtaken")
       -- a later holder claims the thread, and (as its delivery of the job
       -- would) starts the job's checkpoints over: the run's next put conflicts
       assert.is_true((results.claim(db, "overtaken", "1" .. string.rep("0", 30))))
