@@ -68,6 +68,19 @@ return function(name, make, env)
         end)
       end)
 
+      it("keeps integers integers and floats floats, whole floats of any size too", function()
+        with_store(function(s)
+          local value = { i = 1000000000000000, big = math.maxinteger, f = 1e15, g = -1.5e17, h = 2.0 ^ 62,
+                          k = 3.0, tiny = 1e-7, huge = 1e300 }
+          assert(s:put({ "nums" }, "k", value))
+          local got = assert(s:get({ "nums" }, "k")).value
+          for k, v in pairs(value) do
+            assert.equal(v, got[k], k)
+            assert.equal(math.type(v), math.type(got[k]), k)
+          end
+        end)
+      end)
+
       -- BASE .. "BaseStore" (get: "The retrieved item or None if not found")
       it("get of a missing key or namespace returns nil without an error", function()
         with_store(function(s)

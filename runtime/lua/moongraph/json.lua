@@ -29,6 +29,7 @@ they need nothing this codec keeps.
 
 local type, pairs, tostring, tonumber, error = type, pairs, tostring, tonumber, error
 local math_type, math_tointeger, huge = math.type, math.tointeger, math.huge
+local math_floor, math_abs = math.floor, math.abs
 local string_format, string_byte, string_sub, string_find, string_gsub =
   string.format, string.byte, string.sub, string.find, string.gsub
 local table_concat, table_sort, utf8_char = table.concat, table.sort, utf8.char
@@ -80,11 +81,16 @@ local function encode_key(k, st)
   return e
 end
 
+-- (a whole number below 2^63 is written in digits, not with an exponent:
+-- PostgreSQL's jsonb reads 1e+15 as an integer and gives it back so)
 local function encode_float(v)
   if v ~= v or v == huge or v == -huge then return nil end
   local s = string_format("%.14g", v)
   if tonumber(s) ~= v then
     s = string_format("%.17g", v)
+  end
+  if string_find(s, "e", 1, true) and v == math_floor(v) and math_abs(v) < 0x1p63 then
+    s = string_format("%.0f", v)
   end
   if not string_find(s, "[%.eEn]") then s = s .. ".0" end
   return s
