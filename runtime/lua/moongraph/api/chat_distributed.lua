@@ -185,10 +185,16 @@ Sub.__index = Sub
 -- next(timeout) -> events after the last one given ({id, type, data =
 -- JSON text}), {} after `timeout` seconds without one | nil, err
 -- A finished job whose events have expired (the workers' --events-ttl):
--- nil, why | false (it may still come).
+-- nil, why | false (it may still come). A result stored less than
+-- EVENTS_GRACE seconds ago does not count: a worker writes the last events
+-- after the result, and may not have written the first ones yet either.
+_M.EVENTS_GRACE = 10
+
 function Sub:_expired()
   if self.redis:call("EXISTS", self.key) ~= 0 then return false end
-  local rows = self.db:query("SELECT 1 FROM job_results WHERE job_id = $1", { self.job_id })
+  local rows = self.db:query([[SELECT 1 FROM job_results
+                               WHERE job_id = $1 AND created_at < now() - make_interval(secs => $2)]],
+    { self.job_id, _M.EVENTS_GRACE })
   if rows and rows[1] then
     return "expired; the answer is in the conversation (GET /chat/conversations/" .. self.conversation_id .. ")"
   end
