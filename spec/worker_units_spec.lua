@@ -213,6 +213,34 @@ describe("worker logs", function()
     assert.same({ "info", "node finished", "w1", "j-1", "intent", 1.5 },
       { v.level, v.msg, v.worker, v.job_id, v.node, v.duration_ms })
   end)
+
+  it("writes every field once, whatever the fields hold", function()
+    local lines = {}
+    local out = { write = function(_, ...) lines[#lines + 1] = table.concat({ ... }) end }
+    local log = logm.new { level = "debug", out = out, fields = { worker = "w1" } }:with { job_id = "j-1" }
+    log:info("plain")
+    log:info("again", { job_id = "j-2", n = 3, f = 2.0, list = { 1, 2 }, obj = { a = "b" } })
+    log:warn("odd", { fn = print, [5] = "five", q = '"quoted"\n' })
+    log:error("mine", { msg = "from a field" })
+    log:debug("quiet", { tiny = 1e-7 })
+    assert.equal(5, #lines)
+    local got = {}
+    for i, l in ipairs(lines) do
+      assert.equal("\n", l:sub(-1))
+      assert.matches('^{"ts":"[^"]+","level":"%a+","msg":', l)
+      got[i] = cjson.decode(l)
+      for _, k in ipairs { "ts", "level", "msg", "worker", "job_id" } do
+        local _, n = l:gsub('"' .. k .. '":', "")
+        assert.equal(1, n, k .. " in " .. l)
+      end
+    end
+    assert.same({ "plain", "w1", "j-1" }, { got[1].msg, got[1].worker, got[1].job_id })
+    assert.same({ "j-2", 3, { 1, 2 }, { a = "b" } }, { got[2].job_id, got[2].n, got[2].list, got[2].obj })
+    assert.matches("^function: ", got[3].fn)
+    assert.same({ "five", '"quoted"\n' }, { got[3]["5"], got[3].q })
+    assert.same({ "error", "from a field" }, { got[4].level, got[4].msg })
+    assert.equal(1e-7, got[5].tiny)
+  end)
 end)
 
 describe("worker scripts", function()
