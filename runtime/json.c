@@ -5,18 +5,18 @@
 **
 ** It writes exactly the bytes the Lua encoder (moongraph.json) writes, for
 ** every value it accepts: integers as %lld, floats as the shortest of %.14g
-** and %.17g that reads back equal, in digits (%.0f) instead when that has
-** an exponent and the float is a whole number of 64-bit integer range (".0"
-** added when the text has no point or exponent), strings byte for byte with '"', '\\' and control characters
-** (0x00-0x1f, 0x7f) escaped, object keys sorted bytewise, empty tables as
-** {} or [] (the array marker), null for the null sentinel, and with
-** `indent` two-space indentation. Anything else — a table that contains
-** itself, mixes list and string keys or has holes, a key that is neither a
-** string nor a list index, NaN or an infinity, a function, userdata other
-** than the null sentinel, a table with a metatable other than the array
-** marker (it could change pairs or #), nesting deeper than MAX_DEPTH —
-** makes it return nil, and moongraph.json then encodes the value in Lua,
-** which either writes it or names the offending path in its error.
+** and %.17g that reads back equal, in digits (%.0f) instead when that has an
+** exponent and the float is a whole number of 64-bit integer range (".0"
+** added when the text has no point or exponent), strings byte for byte with
+** '"', '\\' and control characters (0x00-0x1f, 0x7f) escaped, object keys
+** sorted bytewise, empty tables as {} or [] (the array marker), null for the
+** null sentinel, and with `indent` two-space indentation. Anything else — a
+** table that contains itself, mixes list and string keys or has holes, a key
+** that is neither a string nor a list index, NaN or an infinity, a function,
+** userdata other than the null sentinel, a table with a metatable other than
+** the array marker (it could change pairs or #), nesting deeper than
+** MAX_DEPTH — makes it return nil, and moongraph.json then encodes the value
+** in Lua, which either writes it or names the offending path in its error.
 **
 ** The output is built in a buffer owned by one call and freed before it
 ** returns; nothing is kept between calls.
