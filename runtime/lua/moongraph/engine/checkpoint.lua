@@ -129,12 +129,15 @@ function _M.save(run, plan, source, ran)
       v = 1, id = id, ts = timestamp(ms), step = run.step, values = run.values,
       next = next_list, barriers = barriers, deferred = deferred,
     }
-    -- the run's own metadata (cfg.metadata) first: the engine's keys win
-    md = {}
-    if run.metadata then
-      for k, v in pairs(run.metadata) do md[k] = v end
+    local own = run.metadata
+    if own then
+      -- the run's own metadata (cfg.metadata) first: the engine's keys win
+      md = {}
+      for k, v in pairs(own) do md[k] = v end
+      md.source, md.step, md.ran = source, run.step, ran
+    else
+      md = { source = source, step = run.step, ran = ran }
     end
-    md.source, md.step, md.ran = source, run.step, ran
     if run.writer.reuse and not run.sink then run.cp_scratch = { cp, md } end
   end
   local parent = run.cp_id
