@@ -2,8 +2,11 @@
 -- invoked in-process, on the offline Eco² chat pipeline (no LLM: offline
 -- classifier, extractive answer, heuristic feedback).
 --
---   ./moongraph run bench/worker_offline.lua [JOBS] [ROUNDS] [CHECKPOINT] [DURABILITY]
+--   ./moongraph run bench/worker_offline.lua [JOBS] [ROUNDS] [CHECKPOINT] [DURABILITY] [LOG_LEVEL]
 --   make bench-worker OFFLINE=1
+--
+-- The worker logs at LOG_LEVEL (default warn: the in-process side writes
+-- no log; `info`, the worker's default, adds its job and node lines).
 --
 -- Throwaway servers started durable: PostgreSQL with fsync on, Redis with
 -- appendonly + appendfsync everysec. Both sides use the same saver
@@ -39,6 +42,7 @@ local JOBS = tonumber(arg and arg[1]) or 400
 local ROUNDS = tonumber(arg and arg[2]) or 3
 local CHECKPOINT = (arg and arg[3] ~= nil and arg[3] ~= "") and arg[3] or "cached"
 local DURABILITY = (arg and arg[4] ~= nil and arg[4] ~= "") and arg[4] or wconfig.defaults.durability
+local LOG_LEVEL = (arg and arg[5] ~= nil and arg[5] ~= "") and arg[5] or "warn"
 local CONCURRENCY = 64
 
 local QUESTIONS = {
@@ -246,7 +250,7 @@ end
 
 local ok, err = pcall(function()
   local w = env:worker { "--script", "chat=scripts/eco/chat.lua", "--concurrency", tostring(CONCURRENCY),
-    "--log-level", "warn", "--durability", DURABILITY, "--consumer", "bench", "--heartbeat", "1" }
+    "--log-level", LOG_LEVEL, "--durability", DURABILITY, "--consumer", "bench", "--heartbeat", "1" }
   local saver = assert(checkpointer.open(CHECKPOINT,
     { redis_url = env.redis_url, pg_url = env.pg_url, concurrency = CONCURRENCY }))
   local app = chat.build { checkpointer = saver }
@@ -267,8 +271,8 @@ local ok, err = pcall(function()
     local load = io.open("/proc/loadavg"):read("l"):match("^(%S+ %S+ %S+)")
     print(string.format("worker vs in-process: offline Eco² pipeline, %d runs in flight, %d jobs per round, %d rounds",
       CONCURRENCY, JOBS, ROUNDS))
-    print(string.format("  saver %s, durability %s; Postgres fsync on, Redis appendfsync everysec; %s core(s); load %s",
-      CHECKPOINT, DURABILITY, io.popen("nproc"):read("l"), load))
+    print(string.format("  saver %s, durability %s, worker log level %s; Postgres fsync on, Redis appendfsync everysec;"
+      .. " %s core(s); load %s", CHECKPOINT, DURABILITY, LOG_LEVEL, io.popen("nproc"):read("l"), load))
     for round = 1, ROUNDS do
       local ip = inprocess(saver, app)
       local wk = worker_round(w, c)
