@@ -6,7 +6,7 @@
 ** It writes exactly the bytes the Lua encoder (moongraph.json) writes, for
 ** every value it accepts: integers as %lld, floats as the shortest of %.14g
 ** and %.17g that reads back equal, in digits (%.0f) instead when that has an
-** exponent and the float is a whole number of 64-bit integer range (".0"
+** exponent and the float is a whole number of at most 2^63 in size (".0"
 ** added when the text has no point or exponent), strings byte for byte with
 ** '"', '\\' and control characters (0x00-0x1f, 0x7f) escaped, object keys
 ** sorted bytewise, empty tables as {} or [] (the array marker), null for the
@@ -108,7 +108,7 @@ static void put_string(buf_t *b, const char *s, size_t n) {
 }
 
 /* The Lua encoder: %.14g, or %.17g when that does not read back equal;
-** a whole number below 2^63 that came out with an exponent in digits
+** a whole number up to 2^63 that came out with an exponent in digits
 ** (PostgreSQL's jsonb reads 1e+15 as the integer 1000000000000000 and
 ** gives it back so, where 1000000000000000.0 stays a float); ".0" when the
 ** text has no '.', 'e', 'E' or 'n'. */
@@ -117,7 +117,7 @@ static int put_float(buf_t *b, double v) {
   char s[40];
   snprintf(s, sizeof s, "%.14g", v);
   if (strtod(s, NULL) != v) snprintf(s, sizeof s, "%.17g", v);
-  if (strchr(s, 'e') && v == floor(v) && fabs(v) < 9223372036854775808.0) snprintf(s, sizeof s, "%.0f", v);
+  if (strchr(s, 'e') && v == floor(v) && fabs(v) <= 9223372036854775808.0) snprintf(s, sizeof s, "%.0f", v);
   put(b, s, strlen(s));
   if (!strpbrk(s, ".eEn")) put(b, ".0", 2);
   return 0;

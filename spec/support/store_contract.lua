@@ -71,7 +71,7 @@ return function(name, make, env)
       it("keeps integers integers and floats floats, whole floats of any size too", function()
         with_store(function(s)
           local value = { i = 1000000000000000, big = math.maxinteger, f = 1e15, g = -1.5e17, h = 2.0 ^ 62,
-                          k = 3.0, tiny = 1e-7, huge = 1e300 }
+                          h63 = 2.0 ^ 63, m63 = -(2.0 ^ 63), k = 3.0, tiny = 1e-7, huge = 1e300 }
           assert(s:put({ "nums" }, "k", value))
           local got = assert(s:get({ "nums" }, "k")).value
           for k, v in pairs(value) do

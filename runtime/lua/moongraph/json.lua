@@ -81,7 +81,7 @@ local function encode_key(k, st)
   return e
 end
 
--- (a whole number below 2^63 is written in digits, not with an exponent:
+-- (a whole number up to 2^63 is written in digits, not with an exponent:
 -- PostgreSQL's jsonb reads 1e+15 as an integer and gives it back so)
 local function encode_float(v)
   if v ~= v or v == huge or v == -huge then return nil end
@@ -89,7 +89,7 @@ local function encode_float(v)
   if tonumber(s) ~= v then
     s = string_format("%.17g", v)
   end
-  if string_find(s, "e", 1, true) and v == math_floor(v) and math_abs(v) < 0x1p63 then
+  if string_find(s, "e", 1, true) and v == math_floor(v) and math_abs(v) <= 0x1p63 then
     s = string_format("%.0f", v)
   end
   if not string_find(s, "[%.eEn]") then s = s .. ".0" end
