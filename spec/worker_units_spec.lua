@@ -241,6 +241,35 @@ describe("worker logs", function()
     assert.same({ "error", "from a field" }, { got[4].level, got[4].msg })
     assert.equal(1e-7, got[5].tiny)
   end)
+
+  it("never raises: a field too deep to encode, or a ts no encoder takes, still gives a line", function()
+    local lines = {}
+    local out = { write = function(_, ...) lines[#lines + 1] = table.concat({ ... }) end }
+    local log = logm.new { level = "info", out = out, fields = { worker = "w1" } }
+    local deep = {}
+    local at = deep
+    for _ = 1, 50000 do at.x = {}; at = at.x end
+    log:info("deep", { v = deep })
+    log:info("bad ts", { ts = { 1, a = 2 } })
+    log:info(nil)
+    assert.equal(3, #lines)
+    local got = {}
+    for i, l in ipairs(lines) do got[i] = cjson.decode(l) end
+    assert.equal("deep", got[1].msg)
+    assert.is_string(got[1].log_error)
+    assert.equal("bad ts", got[2].msg)
+    assert.equal(cjson.null, got[3].msg)
+    -- the fields a logger was made with are its own: changing the table later changes nothing
+    local fields = { worker = "w2" }
+    local l2 = logm.new { level = "info", out = out, fields = fields }
+    l2:info("one")
+    fields.worker, fields.extra = "changed", true
+    l2:info("two", { worker = "call" })
+    local two = cjson.decode(lines[#lines])
+    assert.same({ "call", nil }, { two.worker, two.extra })
+    local _, n = lines[#lines]:gsub('"worker":', "")
+    assert.equal(1, n)
+  end)
 end)
 
 describe("worker scripts", function()

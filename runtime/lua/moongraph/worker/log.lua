@@ -44,12 +44,16 @@ function _M.iso(t)
   return last_text .. format(".%03dZ", floor((t - s) * 1000))
 end
 
+-- (the logger keeps a copy of its fields, encoded on first use: they do
+-- not change after it is made; `with` makes a logger with more)
 function _M.new(opts)
   opts = opts or {}
+  local f = {}
+  for k, v in pairs(opts.fields or {}) do f[k] = v end
   return setmetatable({
     rank = RANK[opts.level or "info"] or 2,
     out = opts.out or io.stderr,
-    fields = opts.fields or {},
+    fields = f, own = nil,
   }, Log)
 end
 
@@ -78,11 +82,15 @@ local function encode_fields(rec)
   return "{" .. concat(parts, ",") .. "}"
 end
 
+-- (a head value the encoder refuses is written as its tostring)
+local function head_value(v)
+  if v == nil then return "null" end
+  return json_encode(v) or cjson.encode(tostring(v))
+end
+
 local function encode(head, rest)
-  local h = { '{"ts":', json_encode(head.ts), ',"level":', json_encode(head.level), ',"msg":', nil, nil }
-  local msg = json_encode(head.msg)
-  if not msg then msg = cjson.encode(tostring(head.msg)) end
-  h[6] = msg
+  local h = { '{"ts":', head_value(head.ts), ',"level":', head_value(head.level), ',"msg":',
+              head_value(head.msg), nil }
   local body = "{}"
   if next(rest) ~= nil then body = json_encode(rest) or encode_fields(rest) end
   h[7] = body == "{}" and "}" or "," .. body:sub(2)
@@ -106,7 +114,7 @@ local function general_line(self, level, msg, fields)
   end
   local ok, line = pcall(encode, head, rest)
   if not ok then
-    line = encode({ ts = head.ts, level = level, msg = tostring(msg) }, { log_error = tostring(line) })
+    line = encode({ ts = _M.iso(), level = tostring(level), msg = tostring(msg) }, { log_error = tostring(line) })
   end
   return line
 end
@@ -147,8 +155,7 @@ local function quick_line(self, level, msg, fields)
     call = members(fields)
     if not call then return nil end
   end
-  local m = json_encode(msg)
-  if not m then return nil end
+  local m = head_value(msg)
   local sep1 = own ~= "" and "," or ""
   local sep2 = call ~= "" and "," or ""
   return '{"ts":"' .. _M.iso() .. '","level":"' .. level .. '","msg":' .. m .. sep1 .. own .. sep2 .. call .. "}"
@@ -157,7 +164,12 @@ end
 function Log:log(level, msg, fields)
   local rank = RANK[level]
   if (rank or 2) < self.rank then return end
-  local line = rank and quick_line(self, level, msg, fields) or general_line(self, level, msg, fields)
+  -- (nothing a field holds makes a log call raise: a value the encoders
+  -- choke on, too deep or with a __pairs that raises, takes the general
+  -- way, which writes the error in the line)
+  local ok, line = false, nil
+  if rank then ok, line = pcall(quick_line, self, level, msg, fields) end
+  if not (ok and line) then line = general_line(self, level, msg, fields) end
   local out = self.out
   out:write(line .. "\n")
   if out.flush then out:flush() end
