@@ -228,6 +228,11 @@ holder of the thread that L1 did not get): the input hook then reads L2
 itself. nil (nothing prefetched) when Redis is away. ]]
 local CHECK_TURN = "SELECT turn FROM conversations WHERE thread_id = $1"
 
+-- L2's turn of the thread from CHECK_TURN's rows (0: none)
+local function turn_of(rows)
+  return rows[1] and nz(rows[1].turn) or 0
+end
+
 function Mem:prefetch(thread_id, user_id)
   local l1, err = self:load_l1(thread_id)
   if err then return nil end
@@ -238,8 +243,7 @@ function Mem:prefetch(thread_id, user_id)
       return function()
         local rows, cerr = check()
         if not rows then error(cerr, 0) end
-        local turn = rows[1] and nz(rows[1].turn) or 0
-        if turn ~= l1.turn then return nil end
+        if turn_of(rows) ~= l1.turn then return nil end
         return l1
       end
     end
@@ -254,7 +258,7 @@ end
 function Mem:l2_turn(thread_id)
   local rows, err = self.db:query(CHECK_TURN, { thread_id })
   if not rows then return nil, err end
-  return rows[1] and nz(rows[1].turn) or 0
+  return turn_of(rows)
 end
 
 function Mem:load(thread_id, user_id, skip_l1)
