@@ -11,10 +11,11 @@
 **                            directory of a new file) -> size after | false,
 **                            size now, what others appended since `expect`
 **                            (the whole file if it is shorter, or does not
-**                            start with `header`: replaced) | nil, err, code. A write that fails is cut off
-**                            again; a file that does not end in a newline
-**                            (a record torn by a crash) gets one first, so
-**                            the torn bytes stay a line of their own.
+**                            start with `header`: replaced) | nil, err,
+**                            code. A write that fails is cut off again; a
+**                            file that does not end in a newline (a record
+**                            torn by a crash) gets one first, so the torn
+**                            bytes stay a line of their own.
 **   store.read(path [, offset]) -> contents (from byte offset) | nil, err, code
 **   store.list(dir)          -> sorted entry names | nil, err, code
 **   store.mkdir(path)        mkdir -p, each new directory fsync'd into its
