@@ -251,12 +251,18 @@ local function release(W, log, why)
   return "released"
 end
 
+-- release, for a job whose run began: the events it queued are still
+-- sent, a second later
+local function release_run(W, log, em, why)
+  mg.timeout(1, em.flush, em)
+  return release(W, log, why)
+end
+
 -- This worker stalled past its thread's lease and a later job of the
 -- thread went ahead: nothing of this attempt is stored.
 local function overtaken(W, log, js, em)
   js.lease = nil
-  mg.timeout(1, em.flush, em)
-  return release(W, log, "the thread's lease passed to a later job while this one ran (stalled worker)")
+  return release_run(W, log, em, "the thread's lease passed to a later job while this one ran (stalled worker)")
 end
 
 -- What the hooks of one delivery share: the worker's connections, a key
@@ -492,8 +498,7 @@ local function run_langgraph(W, entry, js, j, script, log, key, deadline, forced
         elseif ok then
           o = lg.outcome(app, j, "success", nil, em)
         elseif transient(rerr) or W.stopping then
-          mg.timeout(1, em.flush, em)
-          return release(W, log, first_line(rerr))
+          return release_run(W, log, em, first_line(rerr))
         else
           o = lg.outcome(app, j, "error", first_line(rerr), em)
         end
@@ -736,8 +741,7 @@ function _M.run(W, entry, js)
           return c
         end)
         if held == nil then
-          mg.timeout(1, em.flush, em)
-          return release(W, log, "postgres: " .. first_line(ferr))
+          return release_run(W, log, em, "postgres: " .. first_line(ferr))
         end
         if not held then return overtaken(W, log, js, em) end
       end
@@ -764,8 +768,7 @@ function _M.run(W, entry, js)
       if tup then read_checkpoint = true end
     end
     if tup == nil then
-      mg.timeout(1, em.flush, em)
-      return release(W, log, "checkpointer: " .. first_line(terr))
+      return release_run(W, log, em, "checkpointer: " .. first_line(terr))
     end
     if not tup and not built then
       local iok, b, ierr = pcall(build_input, script, j, env)
@@ -795,8 +798,7 @@ function _M.run(W, entry, js)
     local again = transient(rerr) or failures < _M.OTHER_ATTEMPTS
     if not again or W.stopping or mg.now() + delay > deadline then
       if transient(rerr) or W.stopping then
-        mg.timeout(1, em.flush, em)
-        return release(W, log, first_line(rerr))
+        return release_run(W, log, em, first_line(rerr))
       end
       break   -- stored as the job's failure, with the checkpointer's reason
     end
