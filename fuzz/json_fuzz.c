@@ -15,7 +15,9 @@
 ** The rest of the input builds a second value, copied with the first's copy
 ** as the earlier one to reuse from (core.json.copy's prev): the result must
 ** be what copying it alone gives, holding prev's own table wherever it equals
-** prev's part at the same place, and none of prev's tables elsewhere.
+** prev's part at the same place, and none of prev's tables elsewhere. And
+** core.json.copy_state, on a state holding both values, must give what copy
+** gives, keeping the part of a key not written since without a walk.
 **
 ** Any difference aborts, which libFuzzer reports with the input. Run from
 ** the repository root (the harness loads runtime/lua/moongraph/json.lua).
@@ -121,6 +123,22 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         "  if ok2 ~= ok3 then return false end\n"
         "  if not ok2 then return true end\n"
         "  return SAME(alone, reused) and (not ok1 or REUSE_OK(reused, prev, alone))\n"
+        "end\n"
+        "-- copy_state: a state whose key a holds v1, then v2 (written), and\n"
+        "-- whose key b holds v2 throughout (kept, not walked again)\n"
+        "local C_COPY_STATE = require('moongraph.core').json.copy_state\n"
+        "STATE_CHECK = function(v1, v2)\n"
+        "  local src, w = {}, {}\n"
+        "  local ok1, c1 = C_COPY_STATE({ a = v1, b = v2 }, NULL, ARRAY_MT, nil, src, w)\n"
+        "  local okc, alone = C_COPY({ a = v1, b = v2 }, NULL, ARRAY_MT)\n"
+        "  if ok1 ~= okc then return false end\n"
+        "  if not ok1 then return true end\n"
+        "  if not SAME(alone, c1) then return false end\n"
+        "  w.a = true\n"
+        "  local ok2, c2 = C_COPY_STATE({ a = v2, b = v2 }, NULL, ARRAY_MT, c1, src, w)\n"
+        "  local _, alone2 = C_COPY({ a = v2, b = v2 }, NULL, ARRAY_MT)\n"
+        "  return ok2 and SAME(alone2, c2) and rawequal(c2.b, c1.b) and next(w) == nil\n"
+        "    and rawequal(src.a, v2) and rawequal(src.b, v2)\n"
         "end\n") != LUA_OK) {
     fprintf(stderr, "%s\n", lua_tostring(L, -1));
     abort();
@@ -163,6 +181,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   lua_pushvalue(L, v2);
   if (lua_pcall(L, 2, 1, 0) != LUA_OK || !lua_toboolean(L, -1)) {
     fprintf(stderr, "copy with an earlier copy differs from a copy alone\n");
+    abort();
+  }
+  lua_getglobal(L, "STATE_CHECK");
+  lua_pushvalue(L, v);
+  lua_pushvalue(L, v2);
+  if (lua_pcall(L, 2, 1, 0) != LUA_OK || !lua_toboolean(L, -1)) {
+    fprintf(stderr, "copy_state differs from copy\n");
     abort();
   }
   lua_settop(L, top);

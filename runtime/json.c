@@ -1,7 +1,9 @@
 /*
 ** json.c — core.json.encode: the checkpoint JSON encoder of moongraph.json,
 ** in C; core.json.copy: the copy encode then decode would give, made
-** without the text; and core.json.decode: its decoder, in C.
+** without the text (core.json.copy_state: the same for a run's state,
+** skipping the keys unchanged since the last copy); and core.json.decode:
+** its decoder, in C.
 **
 ** It writes exactly the bytes the Lua encoder (moongraph.json) writes, for
 ** every value it accepts: integers as %lld, floats as the shortest of %.14g
@@ -510,6 +512,93 @@ static int l_copy(lua_State *L) {
   return 2;
 }
 
+/* copy_state(values, null, array_mt, prev, src [, written]) -> true, copy | false
+** The copy of a run's state table (string keys, no metatable) that copy
+** would make against prev, the last such copy, without walking the keys
+** that cannot have changed since: a key whose value is the very one src
+** (the state's values when prev was made) holds for it, that `written` (the
+** keys a write reached since) does not hold and that prev has, takes prev's
+** part as it is. src gets the value of every key walked; written is
+** emptied. The copy is always a new table. false: as copy's, and src may
+** then be part updated. */
+static int l_copy_state(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  luaL_checkany(L, 2);
+  luaL_checktype(L, 3, LUA_TTABLE);
+  luaL_checktype(L, 5, LUA_TTABLE);
+  lua_settop(L, 6);
+  int prev = lua_istable(L, 4) ? 4 : 0;
+  int written = lua_istable(L, 6) ? 6 : 0;
+  copy_t cc, *c = &cc;
+  c->L = L;
+  c->null_idx = 2;
+  c->array_idx = 3;
+  c->depth = 0;
+  int is_array_mt;
+  const void *me = mg_walk_enter(L, 1, c->path, 0, MAX_DEPTH, 12, 3, &is_array_mt);
+  if (!me || is_array_mt) {
+    lua_pushboolean(L, 0);
+    return 1;
+  }
+  size_t nkeys = 0;
+  lua_pushnil(L);
+  while (lua_next(L, 1)) {
+    lua_pop(L, 1);
+    if (lua_type(L, -1) != LUA_TSTRING) {
+      lua_pop(L, 1);
+      lua_pushboolean(L, 0);
+      return 1;
+    }
+    nkeys++;
+  }
+  lua_pushboolean(L, 1);                  /* 7 */
+  lua_createtable(L, 0, (int)nkeys);      /* 8: the copy */
+  c->path[c->depth++] = me;
+  lua_pushnil(L);
+  while (lua_next(L, 1)) {
+    int k = lua_gettop(L) - 1, v = k + 1;
+    int pv = prev_child(L, prev, k);
+    int reuse = 0;
+    if (pv) {
+      lua_pushvalue(L, k);
+      lua_rawget(L, 5);
+      reuse = lua_rawequal(L, -1, v);
+      lua_pop(L, 1);
+      if (reuse && written) {
+        lua_pushvalue(L, k);
+        reuse = lua_rawget(L, written) == LUA_TNIL || !lua_toboolean(L, -1);
+        lua_pop(L, 1);
+      }
+    }
+    if (reuse) {
+      lua_pushvalue(L, pv);
+    } else {
+      if (copy_value(c, v, pv) < 0) {
+        lua_pushboolean(L, 0);
+        return 1;
+      }
+      lua_pushvalue(L, k);
+      lua_pushvalue(L, v);
+      lua_rawset(L, 5);
+    }
+    lua_pushvalue(L, k);
+    lua_insert(L, -2);
+    lua_rawset(L, 8);
+    lua_settop(L, k);
+  }
+  if (written) {
+    lua_pushnil(L);
+    while (lua_next(L, written)) {
+      lua_pop(L, 1);
+      lua_pushvalue(L, -1);
+      lua_pushnil(L);
+      lua_rawset(L, written);
+    }
+  }
+  lua_settop(L, 8);
+  return 2;
+}
+
 /* ---------------------------------------------------------------- decode */
 
 /* decode gives what moongraph.json's Lua decoder gives, value for value and
@@ -759,6 +848,7 @@ static int l_decode(lua_State *L) {
 static const luaL_Reg json_fns[] = {
   {"encode", l_encode},
   {"copy", l_copy},
+  {"copy_state", l_copy_state},
   {"decode", l_decode},
   {NULL, NULL},
 };

@@ -284,6 +284,79 @@ describe("json.copy", function()
   end)
 end)
 
+describe("json.copy_state", function()
+  -- moongraph.json loaded again without the core module: its Lua copy_state
+  local function lua_json()
+    local env = setmetatable({}, { __index = _G })
+    env.require = function(name)
+      if name == "moongraph.core" then error("no core here") end
+      return require(name)
+    end
+    local chunk = assert(loadfile("runtime/lua/moongraph/json.lua", "t", env))
+    return chunk()
+  end
+
+  for _, impl in ipairs { "C", "Lua" } do
+    local J = impl == "C" and json or lua_json()
+
+    it("(" .. impl .. ") walks only the keys written or replaced since the last copy", function()
+      local rng = seeded_rng(impl == "C" and 17 or 19)
+      for i = 1, 300 do
+        local state = {}
+        for k = 1, rng(1, 8) do state["k" .. k] = rand_value(rng, 3) end
+        local src, written = {}, {}
+        local c = assert(J.copy_state(state, nil, src, written))
+        assert.same(J.copy(state), c, "state " .. i)
+        for k, v in pairs(state) do assert.equal(v, src[k]) end
+        -- a step: keys replaced, keys written after a change in place, keys
+        -- changed in place and never written, keys untouched
+        local what = {}
+        for k, v in pairs(state) do
+          local r = rng(1, 4)
+          what[k] = r
+          if r == 1 then
+            state[k] = rand_value(rng, 3)
+          elseif (r == 2 or r == 3) and type(v) == "table" and v ~= J.null then
+            v["added"] = "in place"
+            if getmetatable(v) then setmetatable(v, nil) end
+            v[1] = nil
+            for j = #v, 1, -1 do v[j] = nil end
+            if r == 2 then written[k] = true end
+          end
+        end
+        local old = c
+        c = assert(J.copy_state(state, old, src, written))
+        assert.are_not.equal(old, c)
+        assert.is_nil(next(written), "written is emptied")
+        for k, v in pairs(state) do
+          assert.equal(v, src[k])
+          if what[k] == 3 or what[k] == 4 then
+            -- not written, the same value: the last copy's part itself
+            assert.equal(old[k], c[k], "state " .. i .. " key " .. k)
+          else
+            assert.same(J.copy(v), c[k], "state " .. i .. " key " .. k)
+          end
+        end
+      end
+    end)
+
+    it("(" .. impl .. ") takes a key prev lacks, leaves out a key gone, and refuses what copy refuses", function()
+      local src = {}
+      local c = assert(J.copy_state({ a = { 1 } }, nil, src))
+      local t = { 2 }
+      local c2 = assert(J.copy_state({ a = src.a, b = t }, c, src))
+      assert.equal(c.a, c2.a)
+      assert.same({ 2 }, c2.b)
+      assert.are_not.equal(t, c2.b)
+      local c3 = assert(J.copy_state({ b = t }, c2, src))
+      assert.is_nil(c3.a)
+      assert.equal(c2.b, c3.b)
+      assert.is_nil(J.copy_state({ f = print }, nil, {}))
+      assert.is_nil(J.copy_state({ [1] = "x" }, nil, {}))
+    end)
+  end
+end)
+
 describe("json.pack", function()
   local arr = getmetatable(json.array())
 

@@ -425,6 +425,40 @@ function _M.copy(v, prev)
   return _M.decode(s)
 end
 
+--[[ copy_state(values, prev, src [, written]) -> copy | nil
+The copy of a run's state table (string keys) that copy(values, prev)
+would make, without walking a key whose value is the very one src (the
+state's values when prev was made) holds for it, that `written` (the keys a
+write reached since) does not hold and that prev has: that key takes
+prev's part as it is. src gets the value of every key copied; written is
+emptied. The copy is always a new table. nil: a value that the C copy does
+not take (src may then be part updated; copy(values) says whether it can
+be saved). For callers that know their values change only by writes they
+mark. ]]
+local c_copy_state = ok_core and type(core) == "table" and core.json and core.json.copy_state or nil
+function _M.copy_state(values, prev, src, written)
+  if c_copy_state then
+    local ok, c = c_copy_state(values, null, array_mt, prev, src, written)
+    if ok then return c end
+    return nil
+  end
+  local out = {}
+  for k, v in pairs(values) do
+    if type(k) ~= "string" then return nil end
+    local p = prev and prev[k]
+    if p == nil or not rawequal(src[k], v) or (written and written[k]) then
+      p = _M.copy(v, p)
+      if p == nil then return nil end
+      src[k] = v
+    end
+    out[k] = p
+  end
+  if written then
+    for k in pairs(written) do written[k] = nil end
+  end
+  return out
+end
+
 --[[ pack(value [, value...]) -> packed | nil, err, and unpack(packed) ->
 the values: values kept aside in a form of their own. unpack gives, each
 time, new tables equal to what copy(value) gives; nothing done to a value
