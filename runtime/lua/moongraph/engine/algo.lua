@@ -285,6 +285,7 @@ end
 input through the reducers; raises on a key that is not a string. ]]
 function _M.apply_input(run, values, input)
   local reds = run.reducers
+  local written = run.written
   local new = {}
   for k, v in pairs(values) do new[k] = v end
   for k, v in pairs(input) do
@@ -295,6 +296,7 @@ function _M.apply_input(run, values, input)
     local red = reds[k]
     if over then new[k] = ov
     elseif red then new[k] = red(new[k], v) else new[k] = v end
+    if written then written[k] = true end
   end
   return new
 end
@@ -368,12 +370,15 @@ function _M.apply_writes(run, tasks, results, cmd)
   else
     new = run.values
   end
+  -- the keys written, for the async writer's copy of the state
+  local written = run.written
   local n = #tasks
   if n == 1 and not cmd then
     local up = results[1].update
     if up then
       for k, v in pairs(up) do
         if type(k) ~= "string" then bad_key(k, "node '" .. tasks[1].node .. "'") end
+        if written then written[k] = true end
         local red = reds[k]
         -- only a table can be an Overwrite: no call for the others
         local over, ov = false, nil
@@ -418,6 +423,7 @@ function _M.apply_writes(run, tasks, results, cmd)
         "' in the schema (e.g. mg.reducers.append)", 0)
     end
     new[k] = fold(k, red, new[k], l, writers[k], label)
+    if written then written[k] = true end
   end
   return new
 end

@@ -14,6 +14,9 @@ A run context (`run`) holds everything one run, or one subgraph run, needs:
                                                   the last id this run made;
                                                   cp_cfg: writer.current_cfg)
   sink, trace                                     streaming and tracing (or nil)
+  snap, snap_src, written   the async writer's last copy of the values,
+                  the values it was made of, and the keys a write reached
+                  since (engine/writer.lua snapshot_values)
   copy_on_write   old state snapshots stay referenced (stream, durability
                   exit): the barrier copies the state instead of updating it
                   in place
@@ -77,6 +80,7 @@ local function new_run(app, cfg, parent, ns, sink, trace)
     cp_id = nil, cp_parent = nil, saved_id = nil, last_id = nil, own_id = nil, cp_cfg = nil,
     barriers = nil, deferred = nil, results = nil, inline_res = nil, store = nil,
     saved_writes = nil, writes_scratch = nil, cp_scratch = nil, metadata = nil, loop = _M,
+    snap = nil, snap_src = nil, written = nil,
   }
   run.store = app.store
   if parent then

@@ -68,7 +68,8 @@ local BATCH = 64
 local GATHER_PASSES = 8
 
 local tasks = require "moongraph.tasks"
-local copy = require("moongraph.json").copy
+local json = require "moongraph.json"
+local copy, copy_state = json.copy, json.copy_state
 
 local _M = {}
 
@@ -268,20 +269,40 @@ function _M.adopt_cfg(run, got)
   end
 end
 
---[[ snapshot(w, cp) -> the checkpoint cp as the async writer keeps it, and
-whether its values are a copy: its values copied, and the Send args in its
-`next` list. The rest of cp, and the metadata, the engine made for this
-checkpoint alone and never changes. Channels unchanged since the last put
-keep their copy's identity, so a saver can skip re-encoding them
-(w.last_values: that copy). ]]
-local function snapshot(w, cp)
+--[[ snapshot_values(run, values) -> a copy of the run's values for the
+async writer | nil (a value cannot be saved). A key no write reached since
+the run's last snapshot (run.written, which the engine marks) and that
+holds the very value it held then keeps that snapshot's copy, without a
+walk: nodes treat the state as read only and return their changes
+(docs/graphs.md), so such a value is unchanged. Any other key is copied
+against its last copy, whose unchanged parts keep their identity. Either
+way a value unchanged since the last snapshot is the very table it was
+then, and a saver can skip re-encoding it. ]]
+local function snapshot_values(run, values)
+  local src = run.snap_src
+  if not src then
+    src = {}
+    run.snap_src, run.written = src, {}
+  end
+  local c = copy_state(values, run.snap, src, run.written)
+  if c == nil then
+    -- src may be part updated: start over, and the value as copy takes it
+    run.snap, run.snap_src, run.written = nil, nil, nil
+    return copy(values)
+  end
+  run.snap = c
+  return c
+end
+
+--[[ snapshot(run, cp) -> the checkpoint cp as the async writer keeps it, and
+whether its values are a copy: its values copied (snapshot_values), and the
+Send args in its `next` list. The rest of cp, and the metadata, the engine
+made for this checkpoint alone and never changes. ]]
+local function snapshot(run, cp)
   local s = {}
   for k, v in pairs(cp) do s[k] = v end
-  local values = copy(cp.values, w.last_values)
-  if values ~= nil then
-    s.values = values
-    w.last_values = values
-  end
+  local values = type(cp.values) == "table" and snapshot_values(run, cp.values) or nil
+  if values ~= nil then s.values = values end
   local next_list = cp.next
   if type(next_list) == "table" then
     for i = 1, #next_list do
@@ -327,7 +348,7 @@ function _M.put(run, op, a, b, c)
     -- value that cannot be saved goes as it is: the saver names it)
     local owned = nil
     if op == "put" then
-      b, owned = snapshot(w, b)
+      b, owned = snapshot(run, b)
     elseif type(c) == "table" then
       c = copy(c) or c
     end
