@@ -99,6 +99,32 @@ for _, kind in ipairs { "memory", "file" } do
       end
     end)
 
+    it("saves a parent's table a subgraph changed in place and gave back, under every durability", function()
+      for _, mode in ipairs { "sync", "async", "exit" } do
+        local sg = G.new { "list" }
+        sg:add_node("inner", function(s)
+          s.list[#s.list + 1] = "sub"
+          return { list = s.list }
+        end)
+        sg:add_edge(START, "inner"):add_edge("inner", END)
+        local g = G.new { "list", "n" }
+        g:add_node("a", function() return { list = { "a1" } } end)
+        g:add_node("s", sg:compile {})
+        g:add_node("c", function() return { n = 1 } end)
+        g:add_edge(START, "a"):add_edge("a", "s"):add_edge("s", "c"):add_edge("c", END)
+        local app = g:compile { checkpointer = saver(), durability = mode }
+        run(function()
+          assert(app:invoke({}, { thread_id = mode }))
+          local h = app:history { thread_id = mode }
+          assert.same({ list = { "a1", "sub" }, n = 1 }, h[1].values, mode)
+          if mode ~= "exit" then
+            assert.same({ list = { "a1", "sub" } }, h[2].values, mode)
+            assert.same({ list = { "a1" } }, h[3].values, mode)
+          end
+        end)
+      end
+    end)
+
     it("keeps each step's pending writes and metadata apart across the steps and runs of a thread", function()
       local cp = saver()
       local app = linear(cp, { durability = "async" })

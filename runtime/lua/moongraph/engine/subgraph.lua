@@ -6,7 +6,7 @@ A subgraph runs in namespace parent_ns|name:task_id[@checkpoint] with the
 parent's checkpointer, stream and trace (engine/loop.lua run_subgraph).
 ]]
 
-local type, pairs, ipairs = type, pairs, ipairs
+local type, pairs, ipairs, rawequal = type, pairs, ipairs, rawequal
 local string_sub = string.sub
 
 local reducers = require "moongraph.reducers"
@@ -20,14 +20,19 @@ local _M = {}
 What a subgraph changed in the keys the parent declares (every key when the
 parent has no schema), as an update for the parent's reducers: an append
 list that grew by a suffix gives the suffix, a number under `add` gives the
-difference. ]]
+difference. A key that holds the very table the parent gave (which the
+subgraph may have changed in place and returned) is no update, but counts
+as written for the parent's async writer (run.written), which then copies
+it again. ]]
 function _M.write_back(run, input, values)
   local declared = run.app.declared
   local reds = run.reducers
+  local written = run.written
   local up = nil
   for k, v in pairs(values) do
     if declared == nil or declared[k] then
       local iv = input[k]
+      if written and type(v) == "table" and rawequal(v, iv) then written[k] = true end
       if not deep_equal(v, iv) then
         local red = reds[k]
         if red == reducers.append and reducers.is_list(iv) and reducers.is_list(v) and #v >= #iv then
