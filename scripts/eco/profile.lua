@@ -17,6 +17,9 @@
 -- profile is kept, without reading it first, so concurrent turns of one
 -- user all count. Given the store on a transaction (s:with(tx)), it is sent
 -- with that transaction's next statement and commits or rolls back with it.
+-- A count the patch cannot add to (a profile changed by hand or by another
+-- tool: a string, a float) is counted again from this turn (the patch's
+-- repair option): a damaged profile must not stop its user's turns.
 
 local store_mod = require "moongraph.store"
 local pg = require "moongraph.pg"
@@ -57,8 +60,9 @@ function _M.patch(turn)
 end
 
 -- record(store, user_id, turn) -> true | nil, err
+local REPAIR = { repair = true }
 function _M.record(store, user_id, turn)
-  return store:patch(_M.namespace(user_id), _M.KEY, _M.patch(turn))
+  return store:patch(_M.namespace(user_id), _M.KEY, _M.patch(turn), REPAIR)
 end
 
 local function nz(v)

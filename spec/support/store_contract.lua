@@ -714,6 +714,29 @@ return function(name, make, env)
         end)
       end)
 
+      it("with repair, replaces what an addition cannot take, and only that", function()
+        with_store(function(s)
+          local json = require "moongraph.json"
+          assert(s:put({ "u" }, "k", { f = 5.0, s = "3", n = json.null, ok = 4, l = { 7, { x = 8 } },
+            i = 1, o = { a = "x", b = 2, c = { d = 1.5 } }, keep = { 1.5 } }))
+          -- l is a list: what a path reads through it counts as absent, as
+          -- through any parent that is not an object
+          assert.is_true(s:patch({ "u" }, "k", { set = { last = "y" },
+            add = { f = 1, s = 1, n = 1, ok = 1, l = { ["1"] = 1, ["2"] = { x = 1 } }, i = { a = 2 },
+                    o = { a = 3, b = 3, c = { d = 3 } }, new = { z = 1 } } }, { repair = true }))
+          local v = assert(s:get({ "u" }, "k")).value
+          assert.same({ f = 1, s = 1, n = 1, ok = 5, l = { ["1"] = 1, ["2"] = { x = 1 } }, i = { a = 2 },
+            o = { a = 3, b = 5, c = { d = 3 } }, new = { z = 1 }, keep = { 1.5 }, last = "y" }, v)
+          assert.equal("integer", math.type(v.f))
+          -- the range is still checked
+          assert(s:put({ "u" }, "m", { max = math.maxinteger }))
+          local r, err = s:patch({ "u" }, "m", { add = { max = 1 } }, { repair = true })
+          assert.is_nil(r)
+          assert.truthy(tostring(err):find("max is out of the integer range", 1, true), tostring(err))
+          assert.has_error(function() s:patch({ "u" }, "m", { add = { max = 1 } }, { repair = 1 }) end)
+        end)
+      end)
+
       it("tells apart field names that hold separators: each patch adds to its own fields", function()
         with_store(function(s)
           assert(s:patch({ "t" }, "a", { add = { ["p\1q"] = 1 } }))

@@ -269,6 +269,7 @@ end
 
 local GET_OPTS = { refresh_ttl = true }
 local PUT_OPTS = { ttl = true, index = true }
+local PATCH_OPTS = { ttl = true, index = true, repair = true }
 local SEARCH_OPTS = { filter = true, query = true, limit = true, offset = true, refresh_ttl = true }
 local LIST_OPTS = { prefix = true, suffix = true, max_depth = true, limit = true, offset = true }
 
@@ -415,7 +416,8 @@ local function patch_op(store, ns, key, p, opts, fname, a, lvl)
   for k in pairs(p) do
     if not PATCH_PARTS[k] then bad(fname, a + 2, "unknown patch part '" .. tostring(k) .. "' (set or add)", lvl + 1) end
   end
-  opts = check_opts(opts, fname, a + 3, PUT_OPTS, lvl + 1)
+  opts = check_opts(opts, fname, a + 3, PATCH_OPTS, lvl + 1)
+  local repair = check_bool(opts.repair, false, fname, a + 3, "repair", lvl + 1)
   local set = nil
   if p.set ~= nil then
     if type(p.set) ~= "table" or getmetatable(p.set) ~= nil or #p.set > 0 then
@@ -432,7 +434,7 @@ local function patch_op(store, ns, key, p, opts, fname, a, lvl)
     end
   end
   if adds[2] then table.sort(adds, by_sort_key) end
-  return { kind = "patch", ns = labels, nskey = nskey, key = key, set = set, adds = adds,
+  return { kind = "patch", ns = labels, nskey = nskey, key = key, set = set, adds = adds, repair = repair,
     ttl = check_ttl(store, opts.ttl, fname, a + 3, lvl + 1),
     index = check_index(store, opts.index, fname, a + 3, lvl + 1) }
 end
@@ -455,7 +457,7 @@ function _M.apply_patch(value, op)
       local k = path[d]
       local c = t[k]
       if not made[c] then
-        if c == nil then
+        if c == nil or (op.repair and not is_object(c)) then
           c = {}
         elseif is_object(c) then
           local copy = {}
@@ -471,7 +473,7 @@ function _M.apply_patch(value, op)
     end
     local k = path[#path]
     local cur = t[k]
-    if cur == nil then cur = 0 end
+    if cur == nil or (op.repair and math_type(cur) ~= "integer") then cur = 0 end
     if math_type(cur) ~= "integer" then return nil, "patch: " .. path_label(path) .. " is not an integer" end
     local sum = cur + a.n
     if (a.n > 0 and sum < cur) or (a.n < 0 and sum > cur) then
@@ -565,14 +567,15 @@ function methods:update(namespace, key, fn, opts)
   return self:_update(get, fn, opts)
 end
 
---[[ s:patch(namespace, key, {set =, add =} [, {ttl =, index =}]) -> true | nil, err
+--[[ s:patch(namespace, key, {set =, add =} [, {ttl =, index =, repair =}]) -> true | nil, err
 Change one item without reading it: each field of `set` replaces the
 value's field of that name; each integer in `add` is added to the integer
 at that field (absent: 0), and a table in `add` adds into the object at
 that field (absent: made). No item: it starts from {}. Patches and updates
 of one item never lose each other's changes. Adding to something that is
 not an integer (or into something that is not an object) is an error, and
-nothing is written. ]]
+nothing is written; with repair = true such a field is replaced instead
+(counted from 0, or made a new object). ]]
 function methods:patch(namespace, key, p, opts)
   check_self(self, "patch")
   local op = patch_op(self, namespace, key, p, opts, "patch", 1, 3)
@@ -583,7 +586,7 @@ function methods:patch(namespace, key, p, opts)
     local nv, perr = _M.apply_patch(value, op)
     if not nv then error(perr, 0) end
     return nv
-  end, opts)
+  end, opts and { ttl = opts.ttl, index = opts.index })
   if v == nil then return nil, (tostring(err):gsub("^update: ", "", 1)) end
   return true
 end

@@ -722,36 +722,57 @@ local function patch_form(op)
     for _, l in ipairs(a.path) do id_parts[#id_parts + 1] = #l .. ":" .. l end
     id_parts[#id_parts + 1] = "/"
   end
+  if op.repair then id_parts[#id_parts + 1] = "repair" end
   local id = concat(id_parts)
   local f = patch_forms[id]
   if f then return f end
-  local paths, steps, made = {}, {}, {}   -- steps: "parent" or "add", in order
+  -- steps: "parent" or "add", in order; up[i]: the parameter numbers of
+  -- step i's parent objects (numbered as the loop below numbers them)
+  local paths, steps, up, made, pn = {}, {}, {}, {}, 5
   for _, a in ipairs(op.adds) do
+    local parents = {}
     for d = 1, #a.path - 1 do
       local pid = concat(a.path, "\0", 1, d)
       if not made[pid] then
-        made[pid] = true
+        pn = pn + 1
+        made[pid] = pn
         paths[#paths + 1] = pg_array({ table.unpack(a.path, 1, d) })
         steps[#steps + 1] = "parent"
+        up[#steps] = { table.unpack(parents) }
       end
+      parents[#parents + 1] = made[pid]
     end
     paths[#paths + 1] = pg_array(a.path)
     steps[#steps + 1] = "add"
+    up[#steps] = parents
+    pn = pn + 2
   end
   local acc, n = "(s.value || $3::jsonb)", 5
-  for _, step in ipairs(steps) do
+  for i, step in ipairs(steps) do
     n = n + 1
     local at = format("(s.value #> $%d::text[])", n)
+    if op.repair and up[i][1] then
+      -- what is under a parent that is not an object counts as absent
+      local conds = {}
+      for j, p in ipairs(up[i]) do
+        conds[j] = format("COALESCE(jsonb_typeof(s.value #> $%d::text[]), 'object') = 'object'", p)
+      end
+      at = format("(CASE WHEN %s THEN s.value #> $%d::text[] END)", concat(conds, " AND "), n)
+    end
     if step == "parent" then
+      local bad = op.repair and "'{}'::jsonb" or
+        format("moongraph_store_refused('is not an object', $%d::text[], NULL::jsonb)", n)
       acc = format([[jsonb_set(%s, $%d::text[], CASE WHEN %s IS NULL THEN '{}'::jsonb
         WHEN jsonb_typeof(%s) = 'object' THEN %s
-        ELSE moongraph_store_refused('is not an object', $%d::text[], NULL::jsonb) END)]], acc, n, at, at, at, n)
+        ELSE %s END)]], acc, n, at, at, at, bad)
     else
       -- in numeric, so that a sum past 64 bits is refused naming the field
+      local bad = op.repair and "0::numeric" or
+        format("moongraph_store_refused('is not an integer', $%d::text[], NULL::numeric)", n)
       local sum = format([[(CASE WHEN %s IS NULL THEN 0::numeric
         WHEN jsonb_typeof(%s) = 'number' AND %s::text !~ '[.eE]' THEN %s::text::numeric
-        ELSE moongraph_store_refused('is not an integer', $%d::text[], NULL::numeric) END + $%d::numeric)]],
-        at, at, at, at, n, n + 1)
+        ELSE %s END + $%d::numeric)]],
+        at, at, at, at, bad, n + 1)
       acc = format([[jsonb_set(%s, $%d::text[], to_jsonb(CASE
         WHEN %s BETWEEN -9223372036854775808 AND 9223372036854775807 THEN %s
         ELSE moongraph_store_refused('is out of the integer range', $%d::text[], NULL::numeric) END))]],
