@@ -76,8 +76,25 @@ for _, kind in ipairs { "memory", "file" } do
       end)
     end)
 
-    it("saves a table a node changed in place and returned, under every durability", function()
+    -- build() -> app, invoked under each durability: its newest checkpoints
+    -- hold want[1], want[2], want[3] (exit saves the last one only)
+    local function newest_under_each_durability(build, want)
       for _, mode in ipairs { "sync", "async", "exit" } do
+        local app = build():compile { checkpointer = saver(), durability = mode }
+        run(function()
+          assert(app:invoke({}, { thread_id = mode }))
+          local h = app:history { thread_id = mode }
+          assert.same(want[1], h[1].values, mode)
+          if mode ~= "exit" then
+            assert.same(want[2], h[2].values, mode)
+            assert.same(want[3], h[3].values, mode)
+          end
+        end)
+      end
+    end
+
+    it("saves a table a node changed in place and returned, under every durability", function()
+      newest_under_each_durability(function()
         local g = G.new {}
         g:add_node("a", function() return { list = { "a1" }, n = 1 } end)
         g:add_node("b", function(s)
@@ -86,21 +103,12 @@ for _, kind in ipairs { "memory", "file" } do
         end)
         g:add_node("c", function(s) return { n = s.n + 1 } end)
         g:add_edge(START, "a"):add_edge("a", "b"):add_edge("b", "c"):add_edge("c", END)
-        local app = g:compile { checkpointer = saver(), durability = mode }
-        run(function()
-          assert(app:invoke({}, { thread_id = mode }))
-          local h = app:history { thread_id = mode }
-          assert.same({ list = { "a1", "b1" }, n = 2 }, h[1].values, mode)
-          if mode ~= "exit" then
-            assert.same({ list = { "a1", "b1" }, n = 1 }, h[2].values, mode)
-            assert.same({ list = { "a1" }, n = 1 }, h[3].values, mode)
-          end
-        end)
-      end
+        return g
+      end, { { list = { "a1", "b1" }, n = 2 }, { list = { "a1", "b1" }, n = 1 }, { list = { "a1" }, n = 1 } })
     end)
 
     it("saves a parent's table a subgraph changed in place and gave back, under every durability", function()
-      for _, mode in ipairs { "sync", "async", "exit" } do
+      newest_under_each_durability(function()
         local sg = G.new { "list" }
         sg:add_node("inner", function(s)
           s.list[#s.list + 1] = "sub"
@@ -112,17 +120,8 @@ for _, kind in ipairs { "memory", "file" } do
         g:add_node("s", sg:compile {})
         g:add_node("c", function() return { n = 1 } end)
         g:add_edge(START, "a"):add_edge("a", "s"):add_edge("s", "c"):add_edge("c", END)
-        local app = g:compile { checkpointer = saver(), durability = mode }
-        run(function()
-          assert(app:invoke({}, { thread_id = mode }))
-          local h = app:history { thread_id = mode }
-          assert.same({ list = { "a1", "sub" }, n = 1 }, h[1].values, mode)
-          if mode ~= "exit" then
-            assert.same({ list = { "a1", "sub" } }, h[2].values, mode)
-            assert.same({ list = { "a1" } }, h[3].values, mode)
-          end
-        end)
-      end
+        return g
+      end, { { list = { "a1", "sub" }, n = 1 }, { list = { "a1", "sub" } }, { list = { "a1" } } })
     end)
 
     it("keeps each step's pending writes and metadata apart across the steps and runs of a thread", function()
