@@ -726,36 +726,36 @@ local function patch_form(op)
   local id = concat(id_parts)
   local f = patch_forms[id]
   if f then return f end
-  -- steps: "parent" or "add", in order; up[i]: the parameter numbers of
-  -- step i's parent objects (numbered as the loop below numbers them)
-  local paths, steps, up, made, pn = {}, {}, {}, {}, 5
+  -- steps: "parent" or "add", in order; pid_of[i]: a parent step's path id;
+  -- up[i]: the path ids of step i's parent objects
+  local paths, steps, pid_of, up, made = {}, {}, {}, {}, {}
   for _, a in ipairs(op.adds) do
     local parents = {}
     for d = 1, #a.path - 1 do
       local pid = concat(a.path, "\0", 1, d)
       if not made[pid] then
-        pn = pn + 1
-        made[pid] = pn
+        made[pid] = true
         paths[#paths + 1] = pg_array({ table.unpack(a.path, 1, d) })
         steps[#steps + 1] = "parent"
-        up[#steps] = { table.unpack(parents) }
+        pid_of[#steps], up[#steps] = pid, { table.unpack(parents) }
       end
-      parents[#parents + 1] = made[pid]
+      parents[#parents + 1] = pid
     end
     paths[#paths + 1] = pg_array(a.path)
     steps[#steps + 1] = "add"
     up[#steps] = parents
-    pn = pn + 2
   end
   local acc, n = "(s.value || $3::jsonb)", 5
+  local param_of = {}   -- a parent's path id -> the number of its path parameter
   for i, step in ipairs(steps) do
     n = n + 1
+    if step == "parent" then param_of[pid_of[i]] = n end
     local at = format("(s.value #> $%d::text[])", n)
     if op.repair and up[i][1] then
       -- what is under a parent that is not an object counts as absent
       local conds = {}
-      for j, p in ipairs(up[i]) do
-        conds[j] = format("COALESCE(jsonb_typeof(s.value #> $%d::text[]), 'object') = 'object'", p)
+      for j, pid in ipairs(up[i]) do
+        conds[j] = format("COALESCE(jsonb_typeof(s.value #> $%d::text[]), 'object') = 'object'", param_of[pid])
       end
       at = format("(CASE WHEN %s THEN s.value #> $%d::text[] END)", concat(conds, " AND "), n)
     end
