@@ -16,8 +16,13 @@
 -- workers' CPU time per job (a figure other load on the machine does not
 -- change much, unlike jobs per second). The
 -- checkpointer is CHECKPOINT (default: cached when this build has it, else
--- file:<tmp>) with DURABILITY (default sync, the worker's default);
--- BENCH_MAX_WORKERS=1 stops after the one-worker figure.
+-- file:<tmp>) with DURABILITY (default: the worker's default);
+-- BENCH_MAX_WORKERS=1 stops after the one-worker figure. Per job it also
+-- prints the Redis commands and round trips (INFO stats
+-- total_reads_processed: one per request batch a client sends) of the
+-- workers, the bench's own submits, polls and INFO calls taken out, and the
+-- token events the job's stream holds (each one piece or more of streamed
+-- text: pieces that wait for the write before them go as one event).
 package.path = "spec/support/?.lua;" .. package.path
 
 local mg = require "moongraph"
@@ -26,13 +31,14 @@ local testserver = require "testserver"
 local wenv = require "worker_env"
 local client = require "moongraph.worker.client"
 local cjson = require "cjson"
+local wconfig = require "moongraph.worker.config"
 
 -- The main chunk of `moongraph run` is already a task.
 local function inline(fn) return fn() end
 
 local PER_WORKER = tonumber(arg and arg[1]) or 320
 local CONCURRENCY = 64
-local DURABILITY = arg and arg[3] or "sync"
+local DURABILITY = (arg and arg[3] ~= nil and arg[3] ~= "") and arg[3] or wconfig.defaults.durability
 
 local QUESTIONS = {
   "종이 어떻게 버려?", "페트병은 어떻게 분리배출해?", "스티로폼 버리는 법",
@@ -84,6 +90,29 @@ local function reply_chunks()
   return chunks
 end
 
+-- Redis commands and request batches read so far (INFO is one of each).
+local function redis_counters(r)
+  local info = r:call("INFO", "all")
+  local cmds = 0
+  for calls in info:gmatch("cmdstat_[%w|_]+:calls=(%d+)") do cmds = cmds + tonumber(calls) end
+  return { cmds = cmds, reads = tonumber(info:match("total_reads_processed:(%d+)")) }
+end
+
+-- Token events in the event streams of the first `sample` jobs.
+local function token_events(r, ids, sample)
+  local n, jobs = 0, 0
+  for i = 1, math.min(sample, #ids) do
+    local entries = r:call("XRANGE", "moongraph:events:" .. ids[i], "-", "+")
+    if type(entries) == "table" and #entries > 0 then
+      jobs = jobs + 1
+      for _, e in ipairs(entries) do
+        if e[2][1] == "type" and e[2][2] == "token" then n = n + 1 end
+      end
+    end
+  end
+  return jobs > 0 and n / jobs or 0
+end
+
 local function run_config(env, srv, nworkers)
   local workers = {}
   local llm_env = { MOONGRAPH_LLM_BASE_URL = srv.url .. "/v1", MOONGRAPH_LLM_MODEL = "bench" }
@@ -116,15 +145,18 @@ local function run_config(env, srv, nworkers)
     end
     assert(db:exec("TRUNCATE job_results"))
     local load = (io.open("/proc/loadavg"):read("l") or ""):match("^(%S+)")
+    local rc0 = redis_counters(r)
     local t0 = mg.now()
     local peak_inflight = {}
+    local ids = {}
     for i = 1, n do
-      assert(c:submit { thread_id = "conv-" .. i, user_id = "u" .. (i % 50),
-                        input = { message = QUESTIONS[i % #QUESTIONS + 1] } })
+      ids[i] = assert(c:submit { thread_id = "conv-" .. i, user_id = "u" .. (i % 50),
+                                 input = { message = QUESTIONS[i % #QUESTIONS + 1] } })
     end
-    local done = 0
+    local done, polls = 0, 0
     while done < n do
       mg.sleep(0.05)
+      polls = polls + 1
       done = db:query("SELECT count(*)::int AS n FROM job_results")[1].n
       for i, w in ipairs(workers) do
         local hb = r:call("GET", "moongraph:workers:bench-" .. nworkers .. "-" .. i)
@@ -133,6 +165,14 @@ local function run_config(env, srv, nworkers)
       end
     end
     local elapsed = mg.now() - t0
+    -- the workers' last acknowledgements follow the last stored result
+    mg.sleep(0.5)
+    local rc1 = redis_counters(r)
+    -- the bench's own: rc0's INFO reply came before the count started,
+    -- rc1's INFO is counted; one XADD per submit, one GET per worker per poll
+    local own = 1 + n + polls * nworkers
+    local redis = { cmds = (rc1.cmds - rc0.cmds - own) / n, reads = (rc1.reads - rc0.reads - own) / n,
+                    tokens = token_events(r, ids, 20) }
     local failed = db:query("SELECT count(*)::int AS n FROM job_results WHERE status <> 'done'")[1].n
     local per = {}
     for i, w in ipairs(workers) do
@@ -143,7 +183,7 @@ local function run_config(env, srv, nworkers)
     assert(db:exec("TRUNCATE job_results, messages, conversations, user_profiles"))
     r:call("FLUSHALL")
     assert(r:call("XGROUP", "CREATE", "moongraph:jobs", "moongraph", "0", "MKSTREAM"))
-    return { n = n, elapsed = elapsed, failed = failed, per = per, load = load }
+    return { n = n, elapsed = elapsed, failed = failed, per = per, load = load, redis = redis }
   end)
   for _, w in ipairs(workers) do
     w:signal("TERM")
@@ -176,6 +216,8 @@ local ok, err = pcall(function()
     print(string.format("%d worker%s: %d jobs in %.2f s = %.1f jobs/s%s", nworkers, nworkers > 1 and "s" or " ",
       res.n, res.elapsed, res.n / res.elapsed, res.failed > 0 and (" (" .. res.failed .. " not answered)") or ""))
     for _, l in ipairs(rss) do print("    " .. l) end
+    print(string.format("    per job: %.1f Redis commands in %.1f round trips; %.1f token events (LLM replies: 3 x 50 tokens)",
+      res.redis.cmds, res.redis.reads, res.redis.tokens))
   end
 end)
 srv:stop()
