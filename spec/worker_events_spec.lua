@@ -78,6 +78,59 @@ describe("worker events", function()
     assert.is_true(ids_increase(entries))
   end)
 
+  it("with an interval, writes once per interval: the first event after a quiet spell, flush and close at once", function()
+    local INTERVAL = 0.5
+    local got = mg.run(function()
+      local r = assert(redis.connect(srv.url))
+      local other = assert(redis.connect(srv.url))
+      local key = "ev:interval"
+      local em = events.emitter(r, key, { interval = INTERVAL })
+      local g = {}
+      em:push("node_start", { node = "answer" })
+      mg.sleep(0.2)
+      g.first = other:call("XLEN", key)   -- written at once
+      local expect = {}
+      for i = 1, 40 do   -- 0.4 s of tokens, held until the interval is over
+        em:token("answer", tostring(i))
+        expect[i] = tostring(i)
+        mg.sleep(0.01)
+      end
+      g.expect = table.concat(expect)
+      local t0 = mg.now()
+      assert.is_true(em:flush())
+      g.flush_wait = mg.now() - t0
+      mg.sleep(INTERVAL + 0.1)   -- quiet: the next event goes at once
+      em:push("node_end", { node = "answer" })
+      mg.sleep(0.2)
+      g.after_quiet = other:call("XLEN", key)
+      em:token("answer", "!")
+      em:close()
+      t0 = mg.now()
+      while not em.task:done() do mg.sleep(0.01) end
+      g.close_wait = mg.now() - t0
+      g.entries = r:call("XRANGE", key, "-", "+")
+      return g
+    end)
+    assert.equal(1, got.first)
+    assert.is_true(got.flush_wait < INTERVAL / 2, "flush waited " .. got.flush_wait .. " s")
+    assert.is_true(got.close_wait < INTERVAL / 2, "close waited " .. got.close_wait .. " s")
+    local tokens, text = 0, {}
+    for _, e in ipairs(got.entries) do
+      if field(e, "type") == "token" then
+        tokens = tokens + 1
+        text[#text + 1] = cjson.decode(field(e, "data")).text
+      end
+    end
+    -- the 40 pieces: one write at the end of the first interval, the rest
+    -- with the flush; then "!" on its own, written by close
+    assert.is_true(tokens >= 2 and tokens <= 4, tokens .. " token events")
+    assert.equal(got.expect .. "!", table.concat(text))
+    assert.equal(#got.entries - 1, got.after_quiet)
+    assert.equal("node_end", field(got.entries[#got.entries - 1], "type"))
+    assert.equal("!", text[#text])
+    assert.is_true(ids_increase(got.entries))
+  end)
+
   it("keeps events pushed while Redis is down and writes them once it is back", function()
     local entries = mg.run(function()
       local r = assert(redis.connect(srv.url))

@@ -24,6 +24,9 @@ describe("worker config", function()
       cfg.scripts)
     assert.equal("moongraph:jobs", cfg.keys.jobs)
     assert.equal("moongraph:events:", cfg.keys.events)
+    assert.equal(0.05, cfg.events_interval)
+    assert.equal(0, assert(config.parse({ "--pg", "x", "--script", "a.lua", "--events-interval", "0" }, env {}))
+      .events_interval)
   end)
 
   it("has no default script: without --script or MOONGRAPH_WORKER_SCRIPT it says what to give", function()
@@ -53,6 +56,7 @@ describe("worker config", function()
       { { S, "a.lua", "--pg", "x", "--log-level", "loud" }, "log%-level" },
       { { S, "a.lua", "--pg", "x", "--checkpoint", "disk" }, "%-%-checkpoint must be" },
       { { S, "a.lua", "--pg", "x", "--durability", "never" }, "%-%-durability must be" },
+      { { S, "a.lua", "--pg", "x", "--events-interval", "-0.1" }, "%-%-events%-interval: must be at least 0" },
       { { S, "a.lua" }, "no Postgres URL" },
     }
     for _, c in ipairs(cases) do

@@ -21,7 +21,7 @@ usage: moongraph worker --script [NAME=]PATH... [--redis URL] [--pg URL]
                         [--durability sync|async|exit]
                         [--claim-idle SEC] [--claim-interval SEC] [--max-deliveries N]
                         [--grace SEC] [--job-timeout SEC] [--heartbeat SEC]
-                        [--events-ttl SEC] [--events-maxlen N]
+                        [--events-ttl SEC] [--events-maxlen N] [--events-interval SEC]
                         [--metrics PATH|-] [--log-level debug|info|warn|error]
                         [--prefix PREFIX]
 
@@ -53,6 +53,7 @@ _M.defaults = {
   heartbeat = 5,
   events_ttl = 3600,            -- events stream lifetime after `done`
   events_maxlen = 10000,
+  events_interval = 0.05,       -- a job's event writes at least this far apart (tokens joined meanwhile)
   metrics = nil,
   log_level = "info",
   prefix = "moongraph",
@@ -122,6 +123,7 @@ local numeric = {
   ["--heartbeat"] = { "heartbeat", "num", 0.1 },
   ["--events-ttl"] = { "events_ttl", "int", 1 },
   ["--events-maxlen"] = { "events_maxlen", "int", 10 },
+  ["--events-interval"] = { "events_interval", "num", 0 },
   ["--block"] = { "block", "num", 0.01 },
 }
 

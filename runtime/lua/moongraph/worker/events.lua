@@ -16,7 +16,10 @@
 --   events.finish(redis, key, { {"answer", {...}}, {"done", {...}} }, opts)
 --
 -- Events are written in push order by one task per job, many per round
--- trip. Each gets an explicit stream id when it is first sent
+-- trip. With opts.interval (seconds) a write follows the one before it
+-- after at least that long: what is pushed meanwhile waits and goes in one
+-- round trip, a node's tokens as one event. The first event after a quiet
+-- spell goes at once, and flush and close write at once. Each gets an explicit stream id when it is first sent
 -- (milliseconds from the Redis server's clock, then a sequence), so a batch
 -- sent again after a lost connection cannot add an entry twice: Redis
 -- refuses an id it already has. While Redis is unreachable the events wait
@@ -61,6 +64,7 @@ function _M.emitter(redis, key, opts)
     maxlen_arg = tostring(opts.maxlen or 10000),
     running_ttl = opts.running_ttl or 86400,
     log = opts.log, metrics = opts.metrics, any_type = opts.any_type,
+    interval = opts.interval or 0, last_write = -math.huge, holding = false,
     -- the queue, in three lists (no table per event): type, JSON text
     -- (false: a token's, made when it is sent), and the stream id once one
     -- is given; a token event's node and text pieces until it is sent
@@ -80,6 +84,16 @@ local function wake_writer(self)
   if self.idle then
     self.idle = false
     self.wake:put(true)
+  end
+end
+
+-- The writer task, when it waits for work or for its interval, goes on.
+local function wake_writer_now(self)
+  if self.holding then
+    self.holding = false
+    self.wake:put(true)
+  else
+    wake_writer(self)
   end
 end
 
@@ -198,6 +212,15 @@ function Emitter:run()
       self.wake:get()
       goto continue
     end
+    if self.interval > 0 and not self.closing and #self.flushers == 0 then
+      local wait = self.last_write + self.interval - mg.now()
+      if wait > 0 then
+        self.holding = true
+        self.wake:get(wait)
+        self.holding = false
+        goto continue
+      end
+    end
     do
       local types, texts, ids, xadds, cmds = self.types, self.texts, self.ids, self.xadds, {}
       local last = min(self.tail, self.head + _M.BATCH - 1)
@@ -220,6 +243,7 @@ function Emitter:run()
       -- a failed one); finish sets the final one
       local expiring = not self.expiry_set
       if expiring then cmds[#cmds + 1] = { "EXPIRE", self.key, self.running_ttl } end
+      self.last_write = mg.now()
       local res, err = self.redis:pipeline(cmds)
       if not res then failed("XADD", err) goto continue end
       for i = 1, #res - (expiring and 1 or 0) do
@@ -245,7 +269,7 @@ function Emitter:flush()
   if self.task:done() then return nil, "event writer stopped" end
   local q = mg.queue()
   self.flushers[#self.flushers + 1] = q
-  wake_writer(self)
+  wake_writer_now(self)
   q:get()
   return true
 end
@@ -253,7 +277,7 @@ end
 -- close(): let the writer finish what is queued, then stop.
 function Emitter:close()
   self.closing = true
-  wake_writer(self)
+  wake_writer_now(self)
 end
 
 -- abandon(): stop now; what is not written yet is dropped.

@@ -455,7 +455,7 @@ local function run_langgraph(W, entry, js, j, script, log, key, deadline, forced
   local cfg = W.cfg
   local app = script.app
   local em = events.emitter(W.redis, key, { maxlen = cfg.events_maxlen, log = log, metrics = W.metrics,
-                                            any_type = true })
+                                            interval = cfg.events_interval, any_type = true })
   local guard <close> = setmetatable({}, { __close = function() em:abandon() end })
   local o, from
   if not forced then
@@ -703,7 +703,8 @@ function _M.run(W, entry, js)
   -- checkpointer away) resumes here from its last checkpoint
   local thread = checkpointer.thread(j.job_id)
   local read_checkpoint = false
-  local em = events.emitter(W.redis, key, { maxlen = cfg.events_maxlen, log = log, metrics = W.metrics })
+  local em = events.emitter(W.redis, key, { maxlen = cfg.events_maxlen, log = log, metrics = W.metrics,
+                                            interval = cfg.events_interval })
   local guard <close> = setmetatable({}, { __close = function() em:abandon() end })
   local run_cfg = {
     thread_id = thread, stream_mode = { "tasks", "messages" }, llm = W.llm,
