@@ -9,17 +9,14 @@
 --
 -- Writing (the worker):
 --
---   local em = events.emitter(redis, key, { maxlen = 10000, log = log })
+--   local em = events.emitter(redis, key, { maxlen = 10000, log = log, interval = 0.05 })
 --   em:push("node_start", { node = "answer", task_id = id })   -- never waits
 --   em:token("answer", "안")  -- a token event; pieces not yet sent join
 --   em:flush()        -- waits until everything pushed so far is in Redis
 --   events.finish(redis, key, { {"answer", {...}}, {"done", {...}} }, opts)
 --
 -- Events are written in push order by one task per job, many per round
--- trip. With opts.interval (seconds) a write follows the one before it
--- after at least that long: what is pushed meanwhile waits and goes in one
--- round trip, a node's tokens as one event. The first event after a quiet
--- spell goes at once, and flush and close write at once. Each gets an explicit stream id when it is first sent
+-- trip. Each gets an explicit stream id when it is first sent
 -- (milliseconds from the Redis server's clock, then a sequence), so a batch
 -- sent again after a lost connection cannot add an entry twice: Redis
 -- refuses an id it already has. While Redis is unreachable the events wait
@@ -27,6 +24,12 @@
 -- events and `done` atomically, only if the stream has no `done` yet, and
 -- sets the stream to expire: a job finished twice (a duplicate delivery, a
 -- retried acknowledgement) still ends with exactly one done.
+--
+-- opts.interval (seconds, default 0) spaces the writes: one starts at least
+-- that long after the one before it, and what is pushed meanwhile waits
+-- and goes in one round trip, a node's tokens as one event. The first
+-- event after a quiet spell is written at once, and flush and close do not
+-- wait for the interval.
 --
 -- Following (a client, a gateway):
 --
