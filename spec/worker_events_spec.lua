@@ -131,6 +131,24 @@ describe("worker events", function()
     assert.is_true(ids_increase(got.entries))
   end)
 
+  it("with an interval, a backlog of a batch or more is written without waiting", function()
+    local got = mg.run(function()
+      local r = assert(redis.connect(srv.url))
+      local other = assert(redis.connect(srv.url))
+      local em = events.emitter(r, "ev:backlog", { interval = 5 })
+      em:push("node_start", { node = "a" })
+      mg.sleep(0.1)   -- written at once; the next write would wait 5 s
+      local n = events.BATCH * 2 + 10
+      for i = 1, n do em:push("node_end", { node = "a", i = i }) end
+      mg.sleep(0.3)
+      local written = other:call("XLEN", "ev:backlog")
+      em:close()
+      return { written = written, n = n }
+    end)
+    -- every full batch went; what is left of the backlog waits for the interval
+    assert.equal(1 + events.BATCH * 2, got.written)
+  end)
+
   it("keeps events pushed while Redis is down and writes them once it is back", function()
     local entries = mg.run(function()
       local r = assert(redis.connect(srv.url))

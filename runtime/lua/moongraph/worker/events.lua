@@ -27,9 +27,9 @@
 --
 -- opts.interval (seconds, default 0) spaces the writes: one starts at least
 -- that long after the one before it, and what is pushed meanwhile waits
--- and goes in one round trip, a node's tokens as one event. The first
--- event after a quiet spell is written at once, and flush and close do not
--- wait for the interval.
+-- and goes with it (tokens a node streams with no other event between
+-- them as one event). The first event after a quiet spell, a backlog of
+-- BATCH events or more, flush and close do not wait for the interval.
 --
 -- Following (a client, a gateway):
 --
@@ -215,7 +215,10 @@ function Emitter:run()
       self.wake:get()
       goto continue
     end
-    if self.interval > 0 and not self.closing and #self.flushers == 0 then
+    -- (a backlog of a batch or more goes at once: the interval spaces
+    -- writes, it does not cap how fast a backlog drains)
+    if self.interval > 0 and not self.closing and #self.flushers == 0
+        and self.tail - self.head + 1 < _M.BATCH then
       local wait = self.last_write + self.interval - mg.now()
       if wait > 0 then
         self.holding = true
