@@ -23,12 +23,13 @@
 -- workers, the bench's own submits, polls and INFO calls taken out, and the
 -- token events the job's stream holds (each one piece or more of streamed
 -- text: pieces that wait for the write before them go as one event).
-package.path = "spec/support/?.lua;" .. package.path
+package.path = "bench/?.lua;spec/support/?.lua;" .. package.path
 
 local mg = require "moongraph"
 local servers = require "servers"
 local testserver = require "testserver"
 local wenv = require "worker_env"
+local redis_counters = require("redis_stats").counters
 local client = require "moongraph.worker.client"
 local cjson = require "cjson"
 local wconfig = require "moongraph.worker.config"
@@ -88,14 +89,6 @@ local function reply_chunks()
   end
   while #chunks < n do chunks[#chunks + 1] = " " end
   return chunks
-end
-
--- Redis commands and request batches read so far (INFO is one of each).
-local function redis_counters(r)
-  local info = r:call("INFO", "all")
-  local cmds = 0
-  for calls in info:gmatch("cmdstat_[%w|_]+:calls=(%d+)") do cmds = cmds + tonumber(calls) end
-  return { cmds = cmds, reads = tonumber(info:match("total_reads_processed:(%d+)")) }
 end
 
 -- Token events in the event streams of the first `sample` jobs.

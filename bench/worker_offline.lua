@@ -29,10 +29,11 @@
 -- sends, the round trips) and Postgres transactions (pg_stat_database
 -- xact_commit + xact_rollback) per job. The bench's own queries (submits,
 -- the polling for results, the statistics) are counted and taken out.
-package.path = "spec/support/?.lua;" .. package.path
+package.path = "bench/?.lua;spec/support/?.lua;" .. package.path
 
 local mg = require "moongraph"
 local wenv = require "worker_env"
+local redis_counters = require("redis_stats").counters
 local client = require "moongraph.worker.client"
 local checkpointer = require "moongraph.worker.checkpointer"
 local wconfig = require "moongraph.worker.config"
@@ -113,16 +114,6 @@ if STATEMENTS then
 end
 local pg_pid = env.pg.pid
 
-local function redis_counters(r)
-  local info = r:call("INFO", "all")
-  local cmds, reads = 0, tonumber(info:match("total_reads_processed:(%d+)"))
-  local by = {}
-  for name, calls in info:gmatch("cmdstat_([%w|_]+):calls=(%d+)") do
-    by[name] = tonumber(calls)
-    cmds = cmds + tonumber(calls)
-  end
-  return { cmds = cmds, reads = reads, by = by }
-end
 
 -- Committed + rolled-back transactions of every database, once the
 -- backends have reported them: at most once a second while busy, and a
