@@ -10,7 +10,8 @@
 **
 **   1. every request taken is well formed: its target and headers lie
 **      inside its head, header names are lower-case tokens, values have no
-**      NUL, the body is within max_body and the head within max_header;
+**      NUL, the body is within max_body and the head within max_header; it
+**      has at most one Host header, and one when it is HTTP/1.1;
 **   2. the bytes reported used never exceed what was fed, and a reader that
 **      wants more has used everything;
 **   3. feeding the stream whole, in pseudo-random chunks and one byte at a
@@ -87,6 +88,11 @@ static void log_request(log_t *l, const mg_h1_request *q, const mg_h1_limits *li
   check(n == q->nheaders, "header count differs from the headers listed");
   const char *host = mg_h1_header(q, "host", &vl);
   check(host == NULL || vl == strlen(host), "mg_h1_header length wrong");
+  check(host != NULL || q->minor == 0, "an HTTP/1.1 request without Host taken");
+  int hosts = 0;
+  pos = 0;
+  while (mg_h1_next_header(q, &pos, &name, &value, &vl)) hosts += strcmp(name, "host") == 0;
+  check(hosts <= 1, "a request with two Host headers taken");
   put_field(l, q->body ? q->body : "", q->body_len);
 }
 

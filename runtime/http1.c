@@ -144,6 +144,51 @@ static int ieq(const char *a, size_t n, const char *lit) {
   return 1;
 }
 
+/* A Host value is uri-host [":" port] (RFC 9112 3.2, RFC 3986 3.2.2):
+** a reg-name or IPv4 address, or an IP literal in brackets; empty when
+** the target has no authority. */
+static int valid_host(const char *s, size_t n) {
+  size_t i = 0;
+  if (n > 0 && s[0] == '[') {
+    while (i < n && s[i] != ']') {
+      unsigned char c = (unsigned char)s[i];
+      if (i > 0 && !isxdigit(c) && c != ':' && c != '.') return 0;
+      i++;
+    }
+    if (i == n) return 0;
+    i++;
+  } else {
+    static const char *extra = "-._~!$&'()*+,;=%";
+    while (i < n && s[i] != ':') {
+      unsigned char c = (unsigned char)s[i];
+      if (!isalnum(c) && !strchr(extra, c)) return 0;
+      i++;
+    }
+  }
+  if (i == n) return 1;
+  if (s[i] != ':') return 0;
+  for (i++; i < n; i++)
+    if (!isdigit((unsigned char)s[i])) return 0;
+  return 1;
+}
+
+static int check_host(mg_h1_reader *r, const mg_h1_request *q, const http_parser *p) {
+  size_t pos = 0, vlen, hlen = 0;
+  const char *name, *value, *host = NULL;
+  int n = 0;
+  while (mg_h1_next_header(q, &pos, &name, &value, &vlen)) {
+    if (strcmp(name, "host") == 0) {
+      n++;
+      host = value;
+      hlen = vlen;
+    }
+  }
+  if (n > 1) return fail(r, 400, "more than one Host header");
+  if (n == 0 && p->http_minor >= 1) return fail(r, 400, "an HTTP/1.1 request needs a Host header");
+  if (host && !valid_host(host, hlen)) return fail(r, 400, "invalid Host header");
+  return 0;
+}
+
 static int on_headers_complete(http_parser *p) {
   mg_h1_reader *r = p->data;
   mg_h1_request *q = r->req;
@@ -156,6 +201,7 @@ static int on_headers_complete(http_parser *p) {
   r->last = 3;
   r->head_complete = 1;
   if (p->http_major != 1) return fail(r, 505, "HTTP version not supported");
+  if (check_host(r, q, p)) return -1;
   q->method = p->method;
   q->major = p->http_major;
   q->minor = p->http_minor;
@@ -177,6 +223,19 @@ static int on_headers_complete(http_parser *p) {
   return 0;
 }
 
+/* The CRLF that ends a chunk's data, seen in [from, end); what is not
+** there yet is checked at the start of the next feed. (http-parser, built
+** non-strict, takes any two bytes there.) */
+static int check_crlf(mg_h1_reader *r, const char *from, const char *end) {
+  while (r->crlf_need > 0 && from < end) {
+    if (*from != (r->crlf_need == 2 ? '\r' : '\n'))
+      return fail(r, 400, "chunk data not followed by CRLF");
+    from++;
+    r->crlf_need--;
+  }
+  return 0;
+}
+
 static int on_body(http_parser *p, const char *at, size_t n) {
   mg_h1_reader *r = p->data;
   mg_h1_request *q = r->req;
@@ -186,6 +245,11 @@ static int on_body(http_parser *p, const char *at, size_t n) {
     return fail(r, 503, "out of memory");
   memcpy(q->body + q->body_len, at, n);
   q->body_len += n;
+  /* the chunk's last data: the parser stands on the byte after it */
+  if ((p->flags & F_CHUNKED) && p->content_length == 0) {
+    r->crlf_need = 2;
+    return check_crlf(r, at + n, r->feed_end);
+  }
   return 0;
 }
 
@@ -224,6 +288,11 @@ int mg_h1_feed(mg_h1_reader *r, const char *data, size_t len, size_t *used) {
   *used = 0;
   if (r->failed || r->done) return MG_H1_ERROR;
   if (len == 0) return MG_H1_MORE;   /* 0 would tell the parser "EOF" */
+  if (r->crlf_need && check_crlf(r, data, data + len)) {
+    r->failed = 1;
+    return MG_H1_ERROR;
+  }
+  r->feed_end = data + len;
   http_parser_pause(&r->parser, 0);
   size_t n = http_parser_execute(&r->parser, &settings, data, len);
   enum http_errno e = HTTP_PARSER_ERRNO(&r->parser);

@@ -22,6 +22,11 @@
 **                  r.status (400, 413, 414, 431, 505) with r.reason and close
 **                  the connection; the reader must not be fed again.
 **
+** What RFC 9112 says a server must refuse is refused (400), beyond what
+** http-parser checks in the non-strict build distributions ship: an
+** HTTP/1.1 request without a Host header, any request with two, a Host
+** value that is not a host[:port], and chunk data not followed by CRLF.
+**
 ** Limits (mg_h1_limits): max_header bounds the request line plus header
 ** lines in bytes (431; a request-target alone over it is 414), at most
 ** MG_H1_MAX_HEADERS header lines (431); max_body bounds the body in bytes
@@ -75,6 +80,8 @@ typedef struct {
   int last;                   /* last header callback: 0 none, 1 name, 2 value */
   int head_complete;
   int failed;
+  int crlf_need;              /* bytes of the CRLF after chunk data still to see */
+  const char *feed_end;       /* end of the bytes being fed */
   int status;                 /* with MG_H1_ERROR: the status to answer */
   const char *reason;         /* and a short explanation for the body */
 } mg_h1_reader;

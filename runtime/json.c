@@ -606,7 +606,8 @@ static int l_copy_state(lua_State *L) {
 ** integers (one too large for an integer becomes a float), a number written
 ** with '.', 'e' or 'E' is a float, strings are taken byte for byte (escapes
 ** decoded; a \u escape pair of surrogates joined, a lone one written as its
-** three bytes), an empty array gets the array marker and other tables
+** three bytes; a raw control character refused), an empty array gets the
+** array marker and other tables
 ** none, null is the null sentinel, and nesting stops at MAX_DEPTH. Numbers
 ** are read as the Lua decoder reads them: the longest run matching
 ** -?digits[.digits][eE][+-]digits, converted as tonumber converts. It is
@@ -664,11 +665,16 @@ static void add_utf8(luaL_Buffer *b, unsigned cp) {
 
 /* The string whose opening quote is at i: pushed; returns the offset after
 ** its closing quote. */
+/* A byte that ends a run of plain string bytes: a quote, a backslash, or a
+** control character (RFC 8259: those must be escaped). */
+#define STRING_STOP(c) ((c) == '"' || (c) == '\\' || (unsigned char)(c) < 0x20)
+
 static size_t dec_string(dec_t *d, size_t i) {
   const char *s = d->s;
   size_t n = d->n, j = i + 1;
-  while (j < n && s[j] != '"' && s[j] != '\\') j++;
+  while (j < n && !STRING_STOP(s[j])) j++;
   if (j >= n) return dec_fail(d, "unterminated string", i);
+  if ((unsigned char)s[j] < 0x20) return dec_fail(d, "control character in string", j);
   if (s[j] == '"') {                          /* no escape: the bytes as they are */
     lua_pushlstring(d->L, s + i + 1, j - i - 1);
     return j + 1;
@@ -683,9 +689,10 @@ static size_t dec_string(dec_t *d, size_t i) {
       luaL_pushresult(&b);
       return j + 1;
     }
+    if ((unsigned char)c < 0x20) return dec_fail(d, "control character in string", j);
     if (c != '\\') {
       size_t k = j;
-      while (k < n && s[k] != '"' && s[k] != '\\') k++;
+      while (k < n && !STRING_STOP(s[k])) k++;
       luaL_addlstring(&b, s + j, k - j);
       j = k;
       continue;

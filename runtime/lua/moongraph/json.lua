@@ -248,7 +248,7 @@ local function decode_string(s, pos)
   local buf, n = {}, 0
   local i = pos + 1
   while true do
-    local a, b = string_find(s, '^[^"\\]+', i)
+    local a, b = string_find(s, '^[^"\\\0-\31]+', i)
     if a then
       n = n + 1; buf[n] = string_sub(s, a, b)
       i = b + 1
