@@ -57,6 +57,9 @@ struct mg_task {
   ** inherited by the tasks it spawns; calls made by the task are bounded by
   ** it (mg_call_budget) */
   uint64_t limit_ns;
+  /* the watchdog's limit on one resume (ns; 0 = not watched, -1 = the
+  ** process default), inherited by the tasks it spawns */
+  int64_t watch_ns;
   size_t heap_idx;          /* 1-based position in the deadline heap; 0 = none */
 };
 
@@ -83,6 +86,7 @@ static struct {
   uint64_t due_counter;
   uv_timer_t timer;
   uint64_t timer_due;       /* when `timer` fires; 0 = not armed */
+  uint64_t watch_default;   /* the watchdog limit of tasks without their own (ns) */
 } S;
 
 uv_loop_t *mg_loop(void) {
@@ -422,8 +426,18 @@ static void step(lua_State *L, mg_task *t) {
   t->woken = NULL;
   int nargs = t->nargs;
   t->nargs = 0;
+  mg_watchdog_enter(t->co, t->watch_ns < 0 ? S.watch_default : (uint64_t)t->watch_ns);
   int st = lua_resume(t->co, L, nargs, &nres);
+  int stopped = mg_watchdog_leave(t->co);
   S.current = NULL;
+  if (st == LUA_YIELD && stopped) {
+    /* the watchdog yielded it out of a loop it would not leave */
+    lua_resetthread(t->co);
+    lua_settop(t->co, 0);
+    lua_pushstring(t->co, mg_watchdog_message());
+    finish(L, t, RES_FAILED, 1);
+    return;
+  }
   if (st == LUA_YIELD) {
     if (t->state == T_RUNNING) {
       /* a bare coroutine.yield() in a task: let others run, then go on */
@@ -476,7 +490,11 @@ static mg_task *spawn(lua_State *L, int fi, int n) {
   lua_xmove(L, t->co, n + 1);   /* function and arguments */
   t->nargs = n;
   t->observed = 1;
-  if (S.current) t->limit_ns = S.current->limit_ns;
+  t->watch_ns = -1;
+  if (S.current) {
+    t->limit_ns = S.current->limit_ns;
+    t->watch_ns = S.current->watch_ns;
+  }
   live_add(t);
   enqueue(t);
   return t;
@@ -676,6 +694,35 @@ static int l_limit(lua_State *L) {
   uint64_t ns = at <= 0 ? 1 : (uint64_t)(at * 1e9);
   if (!t->limit_ns || ns < t->limit_ns) t->limit_ns = ns;
   lua_settop(L, 1);
+  return 1;
+}
+
+/* ------------------------------------------------------------- watchdog */
+
+/* watchdog(sec) -> the previous default: the limit on one resume of every
+** task without its own (0 or false: none, the default);
+** watchdog(sec, task) -> task: that task's own limit, and of the tasks it
+** spawns from then on (0 or false: never stopped; nil: the default).
+** See watchdog.c for what happens at the limit. */
+static int64_t watch_arg(lua_State *L, int i, int allow_nil) {
+  if (allow_nil && lua_isnil(L, i)) return -1;
+  if (lua_isboolean(L, i) && !lua_toboolean(L, i)) return 0;
+  if (lua_type(L, i) != LUA_TNUMBER) luaL_typeerror(L, i, "number of seconds or false");
+  double sec = lua_tonumber(L, i);
+  luaL_argcheck(L, sec >= 0 && sec < 1e9, i, "must be a number of seconds >= 0 (or false)");
+  return (int64_t)(sec * 1e9);
+}
+
+static int l_watchdog(lua_State *L) {
+  if (lua_gettop(L) < 2) {
+    uint64_t prev = S.watch_default;
+    S.watch_default = (uint64_t)watch_arg(L, 1, 0);
+    lua_pushnumber(L, (double)prev / 1e9);
+    return 1;
+  }
+  mg_task *t = check_task(L, 2);
+  t->watch_ns = watch_arg(L, 1, 1);
+  lua_settop(L, 2);
   return 1;
 }
 
@@ -893,6 +940,7 @@ static const luaL_Reg loop_funcs[] = {
   {"deadline", l_deadline},
   {"budget", l_budget},
   {"limit", l_limit},
+  {"watchdog", l_watchdog},
   {"suspend", l_suspend},
   {"wake", l_wake},
   {"install_interrupt", l_install_interrupt},

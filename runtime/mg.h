@@ -100,6 +100,18 @@ void mg_register_class(lua_State *L, const char *name, const luaL_Reg *methods,
                        lua_CFunction gc, lua_CFunction close,
                        lua_CFunction tostring);
 
+/* The watchdog (watchdog.c). The scheduler brackets every resume of a task:
+** enter with the task's coroutine and its limit in ns (0: not watched),
+** leave once lua_resume returned; leave returns 1 when the watchdog stopped
+** that resume for good (lua_resume gave LUA_YIELD): the task must end as
+** failed with mg_watchdog_message(). signal.c tells it which stop signals
+** the process waits for, and when the loop has handled one. */
+void mg_watchdog_enter(lua_State *co, uint64_t limit_ns);
+int mg_watchdog_leave(lua_State *co);
+const char *mg_watchdog_message(void);
+void mg_watchdog_signal(int signum);
+void mg_watchdog_signal_seen(int signum);
+
 /* SIGINT while Lua runs: the REPL and CLI install this (see loop.c). */
 void mg_install_interrupt(lua_State *L);
 

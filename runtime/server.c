@@ -16,7 +16,8 @@
 **   request:respond(status, headers, body, default_type) -> true | nil, "closed"
 **   request:start(status, headers)  request:write(chunk)  request:finish()
 **   request:headers()  request:body()  request:query()  request:target()
-**   request:remote()  request:started()  request:closed()  request:abort()
+**   request:remote()  request:id()  request:started()  request:closed()
+**   request:abort()
 **
 ** Lifetimes. A server (C struct) is referenced by its Lua userdata, its
 ** listening socket, its deadline timer, each connection and each Lua
@@ -45,6 +46,7 @@
 #include "server.h"
 #include "tls.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stddef.h>
 #include <fcntl.h>
@@ -53,6 +55,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/time.h>
 #include <time.h>
@@ -64,6 +67,7 @@
 #define READ_SLAB (64 * 1024)
 #define LINGER_MS 2000
 #define FILE_CHUNK (64 * 1024)
+#define MAX_REQUEST_ID 64
 
 typedef struct server server;
 typedef struct conn conn;
@@ -164,6 +168,7 @@ struct conn {
   int file_fd;
   uint64_t file_left;
   char peer[48];
+  char rid[MAX_REQUEST_ID + 1];   /* the request's id (X-Request-Id) */
 };
 
 struct sreq {
@@ -176,6 +181,7 @@ struct sreq {
   const char *query;
   size_t query_len;
   unsigned started : 1, finished : 1, closed : 1, waiting : 1;
+  char rid[MAX_REQUEST_ID + 1];
 };
 
 static int request_mt_ref = LUA_NOREF;
@@ -463,10 +469,45 @@ static void log_request(conn *c, int aborted) {
   while (pl < tl && t[pl] != '?' && t[pl] != '#') pl++;
   json_str(&line, t, pl);
   double ms = (double)(uv_hrtime() - c->t0) / 1e6;
-  sb_fmt(&line, ",\"status\":%d,\"bytes\":%llu,\"ms\":%.3f%s}\n", c->status,
-         (unsigned long long)c->body_bytes, ms, aborted ? ",\"aborted\":true" : "");
+  sb_fmt(&line, ",\"status\":%d,\"bytes\":%llu,\"ms\":%.3f,\"request_id\":\"%s\"%s}\n",
+         c->status, (unsigned long long)c->body_bytes, ms, c->rid,
+         aborted ? ",\"aborted\":true" : "");
   ssize_t w = write(srv->log_fd, line.p, line.len);
   (void)w;
+}
+
+/* ---------------------------------------------------------- request ids */
+
+/* Every request has an id, sent back in X-Request-Id and written to the
+** access log, so what a client reports and what the server logged meet:
+** the client's own X-Request-Id when it is a plain token of at most
+** MAX_REQUEST_ID bytes, else one made here (a random prefix per process
+** and a counter: unique across processes, cheap to make). */
+static int id_char(unsigned char ch) {
+  return isalnum(ch) || ch == '-' || ch == '_' || ch == '.' || ch == ':' || ch == '@' ||
+         ch == '/' || ch == '+' || ch == '=';
+}
+
+static void set_request_id(conn *c, const mg_h1_request *q) {
+  size_t n = 0;
+  const char *given = q ? mg_h1_header(q, "x-request-id", &n) : NULL;
+  if (given && n > 0 && n <= MAX_REQUEST_ID) {
+    size_t i = 0;
+    while (i < n && id_char((unsigned char)given[i])) i++;
+    if (i == n) {
+      memcpy(c->rid, given, n);
+      c->rid[n] = '\0';
+      return;
+    }
+  }
+  static uint64_t prefix, counter;
+  if (!prefix) {
+    if (getrandom(&prefix, sizeof prefix, GRND_NONBLOCK) != (ssize_t)sizeof prefix)
+      prefix = uv_hrtime() ^ ((uint64_t)getpid() << 32);
+    prefix |= 1;
+  }
+  snprintf(c->rid, sizeof c->rid, "%016llx-%llx", (unsigned long long)prefix,
+           (unsigned long long)++counter);
 }
 
 /* ---------------------------------------------------- response building */
@@ -485,6 +526,11 @@ static void head_begin(sbuf *b, conn *c, int status) {
   sb_add(b, date, mg_h1_date_line(date));
   if (!c->keep_alive) sb_str(b, "Connection: close\r\n");
   else if (c->q && c->q->minor == 0) sb_str(b, "Connection: keep-alive\r\n");
+  if (c->rid[0]) {
+    sb_str(b, "X-Request-Id: ");
+    sb_str(b, c->rid);
+    sb_str(b, "\r\n");
+  }
   const cors_cfg *cc = &c->srv->cors;
   if (cc->mode != CORS_OFF && c->cors_origin_ok) {
     size_t ol;
@@ -548,6 +594,7 @@ static void respond_error(conn *c, int status, const char *reason) {
   c->keep_alive = 0;
   c->head_only = 0;
   c->t0 = uv_hrtime();
+  set_request_id(c, NULL);
   char body[160];
   error_body(body, sizeof body, reason ? reason : mg_h1_reason(status));
   /* the request's bytes are not kept: log nothing but the status */
@@ -832,6 +879,7 @@ static void dispatch(conn *c, mg_h1_request *q) {
   c->q = q;
   c->handling = 1;
   c->t0 = uv_hrtime();
+  set_request_id(c, q);
   c->status = 0;
   c->body_bytes = 0;
   c->started = 0;
@@ -1198,6 +1246,7 @@ static int push_request(lua_State *L, server *srv) {
   s->path_len = c->m.path_len;
   s->query = c->m.query;
   s->query_len = c->m.query_len;
+  memcpy(s->rid, c->rid, sizeof s->rid);
   c->m.path = NULL;
   c->req = s;
   srv->active++;
@@ -1546,7 +1595,8 @@ static int push_closed(lua_State *L) {
 
 static int framing_header(const char *name, size_t n) {
   static const char *const names[] = {"content-length", "transfer-encoding",
-                                      "connection", "keep-alive", "upgrade"};
+                                      "connection", "keep-alive", "upgrade",
+                                      "x-request-id"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (strlen(names[i]) == n && strncasecmp(names[i], name, n) == 0) return 1;
   return 0;
@@ -1843,6 +1893,12 @@ static int l_remote(lua_State *L) {
   return 1;
 }
 
+static int l_id(lua_State *L) {
+  sreq *s = check_req(L);
+  lua_pushstring(L, s->rid);
+  return 1;
+}
+
 static int l_version(lua_State *L) {
   sreq *s = check_req(L);
   if (s->q) lua_pushfstring(L, "%d.%d", (int)s->q->major, (int)s->q->minor);
@@ -1906,6 +1962,7 @@ static const luaL_Reg request_methods[] = {
   {"target", l_target},
   {"remote", l_remote},
   {"version", l_version},
+  {"id", l_id},
   {NULL, NULL}
 };
 

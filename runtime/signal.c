@@ -8,7 +8,9 @@
 ** signal never takes its default action (for TERM and HUP: exit), and one
 ** that arrives while nobody waits is kept and returned by the next wait.
 ** Every task waiting when the signal arrives is woken. The watcher keeps
-** the loop alive only while some task waits on it.
+** the loop alive only while some task waits on it. For TERM and INT the
+** watchdog (watchdog.c) sees the signal first: a task that holds the loop
+** meanwhile is stopped, so the signal is not lost behind it.
 */
 #include "mg.h"
 
@@ -49,7 +51,7 @@ static void unlink_op(signal_op *op) {
 }
 
 static void signal_received(uv_signal_t *h, int signum) {
-  (void)signum;
+  mg_watchdog_signal_seen(signum);
   watch *wa = (watch *)h->data;
   if (!wa->waiters) { wa->pending++; return; }
   while (wa->waiters) {
@@ -88,6 +90,8 @@ static int l_wait(lua_State *L) {
     uv_signal_start(&wa->handle, signal_received, wa->signum);
     uv_unref((uv_handle_t *)&wa->handle);
     wa->started = 1;
+    /* TERM and INT stop the process even while a task holds the loop */
+    mg_watchdog_signal(wa->signum);
   }
   if (wa->pending > 0) {
     wa->pending--;

@@ -118,6 +118,78 @@ describe("moongraph.server over HTTP/1.1", function()
       assert.equal(400, r.status)
       c:close()
     end)
+
+    it("answers 400 for chunk data not followed by CRLF, however the bytes are split", function()
+      local body = "3\r\nabcXY4\r\ndefg\r\n0\r\n\r\n"
+      for _, split in ipairs { 0, 8, 9, 10 } do
+        local c = s:connect()
+        local msg = "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" .. body
+        local head_len = #msg - #body
+        if split == 0 then
+          assert(c:send(msg))
+        else
+          assert(c:send(msg:sub(1, head_len + split)))
+          assert(c:send(msg:sub(head_len + split + 1)))
+        end
+        local r = assert(sp.read_response(c))
+        assert.equal(400, r.status, "split at " .. split)
+        assert.matches("chunk data not followed by CRLF", r.body)
+        c:close()
+      end
+      -- and a well-formed one split the same ways is read whole
+      local c = s:connect()
+      assert(c:send("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r"))
+      assert(c:send("\n4\r\ndefg\r\n0\r\n\r\n"))
+      local r = assert(sp.read_response(c))
+      assert.equal(200, r.status)
+      assert.equal("abcdefg", r.body)
+      c:close()
+    end)
+  end)
+
+  describe("Host (RFC 9112 3.2)", function()
+    local function status_of(text)
+      local c = s:connect()
+      assert(c:send(text))
+      local r = assert(sp.read_response(c))
+      c:close()
+      return r.status, r.body
+    end
+
+    it("refuses an HTTP/1.1 request without Host, with two, or with a value that is no host", function()
+      local st, body = status_of("GET /hello HTTP/1.1\r\n\r\n")
+      assert.equal(400, st)
+      assert.matches("needs a Host header", body)
+      st, body = status_of("GET /hello HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n")
+      assert.equal(400, st)
+      assert.matches("more than one Host header", body)
+      assert.equal(400, (status_of("GET /hello HTTP/1.0\r\nHost: a\r\nHost: a\r\n\r\n")))
+      assert.equal(400, (status_of("GET /hello HTTP/1.1\r\nHost: a b\r\n\r\n")))
+      assert.equal(400, (status_of("GET /hello HTTP/1.1\r\nHost: a/b\r\n\r\n")))
+    end)
+
+    it("serves a Host with a port or an IP literal, an empty one, and HTTP/1.0 without one", function()
+      assert.equal(200, (status_of("GET /hello HTTP/1.1\r\nHost: example.com:8080\r\n\r\n")))
+      assert.equal(200, (status_of("GET /hello HTTP/1.1\r\nHost: [::1]:80\r\n\r\n")))
+      assert.equal(200, (status_of("GET /hello HTTP/1.1\r\nHost: \r\n\r\n")))
+      assert.equal(200, (status_of("GET /hello HTTP/1.0\r\n\r\n")))
+    end)
+  end)
+
+  describe("request ids", function()
+    it("answers every response with X-Request-Id: the client's own when it is a plain token", function()
+      local r = s:curl { "/hello", "-H", "X-Request-Id: trace-abc_123" }
+      assert.equal("trace-abc_123", r.headers["x-request-id"])
+      local mine = s:curl { "/hello", "-H", "X-Request-Id: " .. string.rep("x", 65) }
+      assert.matches("^%x+%-%x+$", mine.headers["x-request-id"])
+      local bad = s:curl { "/hello", "-H", "X-Request-Id: a b" }
+      assert.matches("^%x+%-%x+$", bad.headers["x-request-id"])
+      -- answers made in C carry one too
+      local nf = s:curl { "/nothing-here" }
+      assert.equal(404, nf.status)
+      assert.matches("^%x+%-%x+$", nf.headers["x-request-id"])
+      assert.not_equal(nf.headers["x-request-id"], bad.headers["x-request-id"])
+    end)
   end)
 
   describe("methods and routes", function()

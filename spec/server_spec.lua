@@ -170,8 +170,13 @@ describe("moongraph.server", function()
         return r1, r2
       end)
       assert.equal(500, a.status)
-      assert.same({ error = "internal server error" }, a:json())
+      local rid = a.headers["x-request-id"]
+      assert.matches("^%x+%-%x+$", rid)
+      -- the client gets the request id, never the error
+      assert.same({ error = "internal server error", request_id = rid }, a:json())
       assert.equal(200, b.status)
+      assert.is_truthy(b.headers["x-request-id"])
+      assert.not_equal(rid, b.headers["x-request-id"])
       assert.equal("fine", b.body)
     end)
 

@@ -112,6 +112,18 @@ local routes = {
     gate(req.params.name):put(true)
     return { json = { ok = true } }
   end,
+  -- handlers that never yield: the watchdog's to stop
+  ["GET /spin"] = function()
+    local n = 0
+    while true do n = n + 1 end
+  end,
+  ["GET /spin-swallow"] = function()
+    while true do pcall(function() local n = 0 while true do n = n + 1 end end) end
+  end,
+  -- one long C call (a backtracking pattern): no hook runs inside it
+  ["GET /spin-c"] = function()
+    return { body = tostring((("a"):rep(40)):find(("a?"):rep(40) .. ("a"):rep(41))) }
+  end,
   ["GET /slow"] = function(req)
     mg.sleep(tonumber(req.query.s) or 0.5)
     return { json = { slept = true } }

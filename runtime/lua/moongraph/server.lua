@@ -19,6 +19,11 @@
 --   })
 --   srv.port  srv.url  srv:wait()  srv:drain([grace])  srv:close()  srv:stats()
 --
+-- Every request has an id (req.id): the client's X-Request-Id when it is a
+-- plain token of at most 64 bytes, else one made by the server; every
+-- response carries it in X-Request-Id, the access log and the error
+-- reports on stderr name it.
+--
 -- C (core.server) accepts, parses and writes on the runtime's loop and
 -- answers what needs no Lua (404, 405, OPTIONS, CORS preflight, static
 -- files, limit errors). A request that matches a route is handed to this
@@ -32,7 +37,10 @@
 -- sse wait while the client is slow (at most `stream_buffer` bytes wait in
 -- the server) and return nil, "closed" once the client has gone; the
 -- response ends when the handler returns. A handler error answers 500 (or
--- cuts a started stream) and is reported on stderr.
+-- cuts a started stream) and is reported on stderr with the request id.
+-- A handler that runs `watchdog` seconds (default 5) without yielding gets
+-- a "watchdog: ..." error, so the loop and every other request go on
+-- (docs/runtime.md#the-watchdog).
 
 local core = require "moongraph.core"
 local mg = require "moongraph"
@@ -88,6 +96,11 @@ local CHECKS = {
   grace = function(v)
     if type(v) ~= "number" or v < 0 or v ~= v then return "grace must be >= 0 seconds" end
   end,
+  watchdog = function(v)
+    if v ~= false and (type(v) ~= "number" or not (v >= 0 and v < 1e9)) then
+      return "watchdog must be >= 0 seconds (0 or false: none)"
+    end
+  end,
   signals = function(v)
     if v == false then return end
     if type(v) ~= "table" then return "signals must be a list of signal names or false" end
@@ -121,6 +134,7 @@ local CHECKS = {
 }
 
 local DEFAULT_GRACE = 10
+local DEFAULT_WATCHDOG = 5
 
 local function argerror(msg)
   error("bad argument #1 to 'listen': " .. msg, 4)
@@ -193,6 +207,7 @@ local lazy = {
   query = function(r) return parse_query(r:query()) end,
   target = function(r) return r:target() end,
   remote_addr = function(r) return r:remote() end,
+  id = function(r) return r:id() end,
   http_version = function(r) return r:version() end,
 }
 
@@ -279,17 +294,18 @@ function methods.sse(r, ev)
   return r:write(table_concat(parts))
 end
 
-local INTERNAL = '{"error":"internal server error"}'
-
-local function report(route, msg)
-  io_stderr:write("moongraph.server: ", route.key, ": ", tostring(msg), "\n")
+local function report(route, r, msg)
+  io_stderr:write("moongraph.server: [", r:id(), "] ", route.key, ": ", tostring(msg), "\n")
   io_stderr:flush()
 end
 
 local function failed(route, r, msg)
-  report(route, msg)
+  report(route, r, msg)
   if r:started() then r:abort()
-  else r:respond(500, nil, INTERNAL, "application/json") end
+  else
+    r:respond(500, nil, '{"error":"internal server error","request_id":"' .. r:id() .. '"}',
+      "application/json")
+  end
 end
 
 -- Send what a handler returned. Misuse (a bad status or header) raises.
@@ -426,6 +442,10 @@ function _M.listen(opts)
     _closed_q = mg.queue(),
   }, Server)
   self._acceptor = spawn(accept_loop, self)
+  -- request tasks are spawned by the acceptor: they inherit its watchdog
+  local wd = opts.watchdog
+  if wd == nil then wd = DEFAULT_WATCHDOG end
+  loop.watchdog(wd, self._acceptor)
   local sigs = opts.signals
   if sigs == nil then sigs = { "TERM" } end
   if sigs then

@@ -6,6 +6,7 @@ re-exports all of it).
   tasks.run(fn, ...)  tasks.spawn(fn, ...)  tasks.sleep(sec)  tasks.now()
   tasks.current()     tasks.deadline()      tasks.timeout(sec, fn, ...)
   tasks.gather({fn, ...})                   tasks.queue()
+  tasks.watchdog(sec [, task])
 ]]
 
 local core = require "moongraph.core"
@@ -21,6 +22,9 @@ local _M = {
   now = loop.now,
   current = loop.current,
   deadline = loop.deadline,
+  -- watchdog(sec) -> previous: the process default; watchdog(sec, task)
+  -- -> task: a task's own (runtime/watchdog.c, docs/runtime.md)
+  watchdog = loop.watchdog,
 }
 
 -- mg.timeout(sec, fn, ...) -> true, ...results | false, "timeout" | false, err
