@@ -12,10 +12,12 @@
 **                            size now, what others appended since `expect`
 **                            (the whole file if it is shorter, or does not
 **                            start with `header`: replaced) | nil, err,
-**                            code. A write that fails is cut off again; a
-**                            file that does not end in a newline (a record
-**                            torn by a crash) gets one first, so the torn
-**                            bytes stay a line of their own.
+**                            code. A write that fails is cut off again (a
+**                            log that did not exist is not left behind:
+**                            it is written to a temp file and linked into
+**                            place); a file that does not end in a newline
+**                            (a record torn by a crash) gets one first, so
+**                            the torn bytes stay a line of their own.
 **   store.read(path [, offset]) -> contents (from byte offset) | nil, err, code
 **   store.list(dir)          -> sorted entry names | nil, err, code
 **   store.mkdir(path)        mkdir -p, each new directory fsync'd into its
@@ -147,8 +149,50 @@ bad:
   free(tmp);
 }
 
+/* A log that does not exist yet is made whole: op->data written to a temp
+** file, synced and linked into place, so a write that fails (a full disk)
+** leaves no empty or half log behind. 1: made; 0: another writer made it
+** meanwhile (append to theirs); -1: failed (op->err set). */
+static int create_log(store_op *op) {
+  size_t n = strlen(op->path) + 64;
+  char *tmp = malloc(n);
+  if (!tmp) return fail(op, "create");
+  snprintf(tmp, n, "%s.new.%ld.%lx", op->path, (long)getpid(), (unsigned long)(uintptr_t)op);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) { fail(op, "create"); free(tmp); return -1; }
+  int rc = -1;
+  if (write_all(fd, op->data, op->len) < 0) fail(op, "write");
+  else if (fdatasync(fd) < 0) fail(op, "fdatasync");
+  else if (link(tmp, op->path) == 0) rc = 1;
+  else if (errno == EEXIST) rc = 0;
+  else fail(op, "link");
+  close(fd);
+  unlink(tmp);
+  free(tmp);
+  if (rc == 1) {
+    op->size = (off_t)op->len;
+    if (fsync_dir_of(op->path) < 0) fail(op, "fsync directory of");
+  }
+  return rc;
+}
+
 static void do_append(store_op *op) {
-  int fd = open(op->path, O_RDWR | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  int fd = open(op->path, O_RDWR | O_APPEND | O_CLOEXEC);
+  if (fd < 0 && errno == ENOENT) {
+    if (op->offset > 0) {
+      /* the log the caller extends is gone: it was replaced by nothing */
+      free(op->data);
+      op->data = malloc(1);
+      op->len = 0;
+      op->moved = 1;
+      op->size = 0;
+      if (!op->data) fail(op, "read");
+      return;
+    }
+    int made = create_log(op);
+    if (made != 0) return;
+    fd = open(op->path, O_RDWR | O_APPEND | O_CLOEXEC);
+  }
   if (fd < 0) { fail(op, "open"); return; }
   /* released by close(); other writers of the log wait here */
   if (flock(fd, LOCK_EX) < 0) { fail(op, "lock"); close(fd); return; }
