@@ -115,3 +115,18 @@ fuzz-sentences: build/fuzz/sentences_fuzz
 	@mkdir -p build/fuzz/corpus-sentences
 	build/fuzz/sentences_fuzz -runs=$(FUZZ_RUNS) -max_len=256 -print_final_stats=1 \
 		build/fuzz/corpus-sentences fuzz/corpus/sentences
+
+# The checks every request field goes through (fuzz/fields_fuzz.c): request
+# bodies decoded by the C decoder, each value put through every check of
+# runtime/lua/moongraph/api/fields.lua, from the repository root.
+build/fuzz/fields_fuzz: fuzz/fields_fuzz.c fuzz/json_harness.h runtime/json.c runtime/walk.h runtime/mg.h
+	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz needs clang and libclang-rt-14-dev (apt-get install clang libclang-rt-14-dev)"; exit 1; }
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) fuzz/fields_fuzz.c runtime/json.c -o $@ $(FUZZ_LIBS) -lm
+
+.PHONY: fuzz-fields
+fuzz: fuzz-fields
+
+fuzz-fields: build/fuzz/fields_fuzz
+	@mkdir -p build/fuzz/corpus-fields
+	build/fuzz/fields_fuzz -runs=$(FUZZ_RUNS) -max_len=512 -print_final_stats=1 build/fuzz/corpus-fields fuzz/corpus/fields

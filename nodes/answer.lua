@@ -182,7 +182,7 @@ function _M.run(state, ctx)
   local sections = turn.sections(state)
   local notices = turn.notices(state, sections)
   local contexts = type(state.contexts) == "table" and state.contexts or {}
-  local source
+  local source, llm_error
   local llm = ctx and ctx.config and ctx.config.llm
   if type(contexts.clarify) == "table" and contexts.clarify.ok then
     source = "clarify"
@@ -193,10 +193,12 @@ function _M.run(state, ctx)
       source = "llm"
     elseif streamed and streamed > 0 then
       source = "llm"
-      out("\n(응답 생성이 중단되었습니다: " .. err .. ")")
+      llm_error = err
+      out("\n(응답 생성이 중단되었습니다)")
     else
       source = "offline"
-      stream_lines(out, _M.offline_lines(state, _M.fallback_header .. " (" .. err .. ").", sections), true)
+      llm_error = err
+      stream_lines(out, _M.offline_lines(state, _M.fallback_header .. ".", sections), true)
     end
   else
     source = "offline"
@@ -207,6 +209,8 @@ function _M.run(state, ctx)
   return {
     answer = answer,
     answer_source = source,
+    -- why the LLM answer failed, for the operator (never in the answer)
+    answer_error = llm_error or false,
     messages = { role = "assistant", content = answer, turn = state.turn },
   }
 end

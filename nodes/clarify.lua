@@ -25,7 +25,8 @@ _M.examples = {
   "\"소파 버리는 수수료 얼마야?\"",
 }
 
--- How a failure reads to the user.
+-- How a failure reads to the user: named, never quoted (an upstream's
+-- error is for the operator; state.errors keeps it).
 local function reason_text(f)
   local e = type(f.error) == "string" and f.error or ""
   if e:find("no disposal rule matches", 1, true) then
@@ -37,7 +38,7 @@ local function reason_text(f)
   if e:find("unavailable", 1, true) or e:find("오프라인", 1, true) then
     return (f.node or "서비스") .. "은(는) 지금 사용할 수 없습니다"
   end
-  return (f.node or "서비스") .. " 조회에 실패했습니다 (" .. e .. ")"
+  return (f.node or "서비스") .. " 조회에 실패했습니다"
 end
 
 function _M.run(state, ctx)

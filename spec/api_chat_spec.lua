@@ -185,10 +185,19 @@ describe("moongraph serve, Chat API (embedded)", function()
     local st = s:stream(j.job_id)
     local ev = st.events
     assert.are.equal("error", ev[#ev - 1].event)
-    assert.matches("b could not answer", ev[#ev - 1].json.error)
     assert.are.equal("failed", ev[#ev].json.status)
     local m = s:curl({ "/chat/conversations/" .. j.conversation_id }).json.messages
     assert.are.equal("failed", m[2].status)
+    -- the client learns which node failed and the job id; the error itself
+    -- is the server's, in its log under that job id
+    for _, said in ipairs { ev[#ev - 1].json.error, m[2].error } do
+      assert.matches("node 'b'", said, 1, true)
+      assert.matches(j.job_id, said, 1, true)
+      assert.is_nil(said:find("could not answer", 1, true))
+    end
+    local log = s:stderr()
+    assert.is_truthy(log:find("job " .. j.job_id .. " failed: node 'b'", 1, true))
+    assert.is_truthy(log:find("b could not answer", 1, true))
   end)
 
   it("sends a comment heartbeat on a stream that waits", function()

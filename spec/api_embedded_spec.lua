@@ -143,9 +143,11 @@ describe("api.embedded", function()
       local run = assert(b:run_create(nil, t.thread_id, { assistant_id = "agent", input = input("hi", { fail = "boom" }) }))
       local evs = drain(run)
       assert.equal("error", evs[#evs].event)
-      assert.matches("boom", evs[#evs].data.message)
+      -- the client hears which node failed and the run it is logged under
+      local said = "node 'review' failed (run " .. run.run_id .. ")"
+      assert.equal(said, evs[#evs].data.message)
       assert.equal("error", run.status)
-      assert.matches("boom", b:run_output(run).__error__.message)
+      assert.equal(said, b:run_output(run).__error__.message)
       assert.equal("error", b:thread_get(nil, t.thread_id).status)
     end)
   end)
@@ -221,7 +223,7 @@ describe("api.embedded", function()
     end)
   end)
 
-  it("multitask interrupt stops the running run; rollback takes the thread back to where it started", function()
+  it("multitask interrupt stops the running run (which ends with an error, not as a success); rollback takes the thread back to where it started", function()
     mg.run(function()
       local b = backend()
       local t = b:thread_create(nil, {})
@@ -233,6 +235,13 @@ describe("api.embedded", function()
         multitask_strategy = "rollback" }))
       local out = b:run_output(second)
       assert.equal("interrupted", busy.status)
+      -- the stopped run does not look like a success: its wait answers the
+      -- error its stream ends with
+      local stopped = b:run_output(busy).__error__
+      assert.equal("UserRollback", stopped.error)
+      assert.matches("multitask_strategy rollback", stopped.message)
+      local evs = drain(busy)
+      assert.equal("error", evs[#evs].event)
       local texts = {}
       for _, m in ipairs(out.messages) do texts[#texts + 1] = m.content end
       assert.same({ "base", "echo: base", "next", "echo: next" }, texts)
@@ -243,6 +252,7 @@ describe("api.embedded", function()
         multitask_strategy = "interrupt" }))
       out = b:run_output(third)
       assert.equal("interrupted", held.status)
+      assert.equal("UserInterrupt", b:run_output(held).__error__.error)
       texts = {}
       for _, m in ipairs(out.messages) do texts[#texts + 1] = m.content end
       assert.same({ "base", "echo: base", "next", "echo: next", "kept", "after", "echo: after" }, texts)

@@ -201,12 +201,14 @@ describe("api.langgraph_distributed driven directly, with workers running its ru
       assert.equal("metadata", evs[1].event)
       assert.equal("error", evs[#evs].event)
       assert.equal("GraphError", evs[#evs].data.error)
-      assert.matches("boom", evs[#evs].data.message)
+      -- the client hears which node failed and the run it is logged under
+      local said = "node 'review' failed (run " .. run.run_id .. ")"
+      assert.equal(said, evs[#evs].data.message)
       assert.equal("error", status(run))
-      assert.matches("boom", b:run_output(run).__error__.message)
+      assert.equal(said, b:run_output(run).__error__.message)
       local th = b:thread_get(nil, t.thread_id)
       assert.equal("error", th.status)
-      assert.matches("boom", th.error)
+      assert.equal(said, th.error)
     end)
   end)
 
@@ -224,11 +226,14 @@ describe("api.langgraph_distributed driven directly, with workers running its ru
       local second, third, fourth = enqueue("two"), enqueue("three"), enqueue("four")
       assert.is_true(b:run_cancel(nil, t.thread_id, third.run_id, "interrupt"))
       assert.equal("interrupted", status(third))
-      assert.same({ "metadata" }, (function()
-        local n = {}
-        for i, e in ipairs(drain(third)) do n[i] = e.event end
-        return n
-      end)())
+      -- its stream ends with the error that says it was cancelled, and its
+      -- wait answers that error: nothing looks like a success
+      local evs = drain(third)
+      local names = {}
+      for i, e in ipairs(evs) do names[i] = e.event end
+      assert.same({ "metadata", "error" }, names)
+      assert.equal("UserInterrupt", evs[2].data.error)
+      assert.equal("UserInterrupt", b:run_output(third).__error__.error)
       assert.is_true(b:run_cancel(nil, t.thread_id, first.run_id, "interrupt", true))
       local out = b:run_output(fourth)
       assert.same({ "interrupted", "success", "interrupted", "success" },
@@ -238,7 +243,7 @@ describe("api.langgraph_distributed driven directly, with workers running its ru
     end)
   end)
 
-  it("multitask interrupt stops the running run on its worker; rollback takes the thread back to where it started", function()
+  it("multitask interrupt stops the running run (which ends with an error, not as a success) on its worker; rollback takes the thread back to where it started", function()
     mg.run(function()
       local t = b:thread_create(nil, {})
       b:run_output(assert(b:run_create(nil, t.thread_id, { assistant_id = "agent", input = input("base") })))
@@ -249,6 +254,13 @@ describe("api.langgraph_distributed driven directly, with workers running its ru
         multitask_strategy = "rollback" }))
       local out = b:run_output(second)
       assert.equal("interrupted", status(busy))
+      -- the stopped run does not look like a success: its wait answers the
+      -- error its stream ends with
+      local stopped = b:run_output(busy).__error__
+      assert.equal("UserRollback", stopped.error)
+      assert.matches("multitask_strategy rollback", stopped.message)
+      local evs = drain(busy)
+      assert.equal("error", evs[#evs].event)
       assert.same({ "base", "echo: base", "next", "echo: next" }, texts(out))
       local held = assert(b:run_create(nil, t.thread_id, { assistant_id = "agent", input = input("kept", { hold = 30 }),
         stream_mode = "custom", durability = "sync" }))
@@ -257,6 +269,7 @@ describe("api.langgraph_distributed driven directly, with workers running its ru
         multitask_strategy = "interrupt" }))
       out = b:run_output(third)
       assert.equal("interrupted", status(held))
+      assert.equal("UserInterrupt", b:run_output(held).__error__.error)
       assert.same({ "base", "echo: base", "next", "echo: next", "kept", "after", "echo: after" }, texts(out))
     end)
   end)

@@ -306,7 +306,7 @@ describe("the web chat page", function()
       assert.matches("재연결", b:eval("document.querySelector('.turn .run-status').textContent"))
     end)
 
-    it("shows a failed node and the run's error", function()
+    it("shows a failed node and the job the run's error is logged under", function()
       b:open(s.url .. "/")
       s:open_gate()
       b:type("#message", "fail")
@@ -316,7 +316,9 @@ describe("the web chat page", function()
       local bubble = b:eval([[(() => { const a = document.querySelector('.turn .bubble.assistant');
         return { failed: a.classList.contains('failed'), text: a.textContent }; })()]])
       assert.is_true(bubble.failed)
-      assert.matches("b could not answer", bubble.text)
+      -- the failed node and the job, never the server's error itself
+      assert.matches("node 'b' failed %(job j%-", bubble.text)
+      assert.is_nil(bubble.text:find("could not answer", 1, true))
       local failed = {}
       for _, c in ipairs(cards(b)) do if c.failed then failed[#failed + 1] = c.node end end
       assert.same({ "b" }, failed)

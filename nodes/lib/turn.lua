@@ -100,7 +100,9 @@ end
 
 -- Notice lines ("※ ...") for what could not be fetched and for sample data.
 -- sections: the turn's sections (_M.sections(state)) when the caller has
--- them already.
+-- them already. A failure is named, never quoted: the end user reads the
+-- answer, and an upstream's error (its address, its reply) is for the
+-- operator (state.aggregate.missing keeps it, the server logs it).
 function _M.notices(state, sections)
   local contexts = type(state.contexts) == "table" and state.contexts or {}
   local lines = {}
@@ -117,7 +119,7 @@ function _M.notices(state, sections)
     elseif tostring(m.reason):find("no disposal rule matches", 1, true) then
       why = "질문에 맞는 분리배출 규정을 찾지 못했습니다"
     else
-      why = "가져오지 못했습니다 (" .. tostring(m.reason) .. ")"
+      why = "가져오지 못했습니다"
     end
     lines[#lines + 1] = "※ " .. what .. ": " .. why
   end

@@ -160,11 +160,13 @@ local function outcome(ev, state)
       #a.collected > 0 and concat(a.collected, ", ") or "none",
       #a.missing > 0 and (function()
         local l = {}
-        for i, m in ipairs(a.missing) do l[i] = m.node .. " (" .. m.status .. ")" end
+        for i, m in ipairs(a.missing) do
+          l[i] = m.node .. " (" .. m.status .. (m.reason and (": " .. tostring(m.reason)) or "") .. ")"
+        end
         return concat(l, ", ")
       end)() or "none", a.next)
   elseif node == "answer" then
-    return tostring(state.answer_source)
+    return tostring(state.answer_source) .. (state.answer_error and (" (" .. tostring(state.answer_error) .. ")") or "")
   elseif node == "feedback" and type(state.quality) == "table" then
     local q = state.quality
     local function f(x) return x and format("%.2f", x) or "-" end

@@ -3,7 +3,8 @@
 --
 --   local chatserve = require "chatserve"
 --   local s = chatserve.start{ args = {"--script", "gate=spec/fixtures/chat_gate.lua"},
---                              env = { MOONGRAPH_API_KEYS = "..." }, data = dir }
+--                              env = { MOONGRAPH_API_KEYS = "..." }, data = dir,
+--                              prefix = { "nsenter", ... } }   -- a command serve runs under
 --   s.url  s.pid  s.data  s.gate (CHAT_GATE_DIR of the fixture script)
 --   s:open_gate()  s:close_gate()
 --   s:curl{ "-X", "POST", "/chat/messages", "-d", body } -> {status, headers, body, json}
@@ -56,10 +57,12 @@ function _M.start(opts)
   for k, v in pairs(opts.env or {}) do env[#env + 1] = k .. "=" .. quote(v) end
   local args = {}
   for _, a in ipairs(opts.args or {}) do args[#args + 1] = quote(a) end
+  local prefix = ""
+  for _, a in ipairs(opts.prefix or {}) do prefix = prefix .. quote(a) .. " " end
   if not opts.no_port then args[#args + 1] = "--port 0" end
   local cmd = string.format("sh -c %s 2>%s",
-    quote(string.format("echo $$; exec env -u MOONGRAPH_API_KEYS -u MOONGRAPH_API_KEYS_FILE %s %s serve --data %s %s",
-      table.concat(env, " "), cli.bin, quote(data), table.concat(args, " "))), quote(errfile))
+    quote(string.format("echo $$; exec %senv -u MOONGRAPH_API_KEYS -u MOONGRAPH_API_KEYS_FILE %s %s serve --data %s %s",
+      prefix, table.concat(env, " "), cli.bin, quote(data), table.concat(args, " "))), quote(errfile))
   local fh = assert(io.popen(cmd, "r"))
   local pid = tonumber(fh:read("l"))
   local line = fh:read("l")

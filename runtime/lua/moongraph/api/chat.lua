@@ -17,23 +17,22 @@ SSE, conversations), as routes for moongraph.server, over a backend
 Every event of a stream has an id; a client that reconnects with
 `Last-Event-ID` (header, or ?last_event_id=) gets the events after it,
 once and in order, then the live ones. An idle stream gets a comment
-every `heartbeat` seconds. Errors are JSON {"error": message} with the
-status that says what went wrong: 400 bad JSON or field, 401 no or bad
-API key, 404 an unknown id (or another user's), 413 a message over
-max_message bytes, 429 over the rate limit (with Retry-After), 503 the
-message could not be stored. A handler that fails answers 500 {"error":
-"internal error"} and the error goes to stderr, never to the client.
+every `heartbeat` seconds. Errors are JSON {"error": message,
+"request_id": id} with the status that says what went wrong: 400 bad JSON
+or field (named), 401 no or bad API key, 404 an unknown id (or another
+user's), 413 a message over max_message bytes, 429 over the rate limit or
+too many failed authentications (with Retry-After), 503 the message could
+not be stored. A handler that fails answers 500 {"error": "internal
+error"}; the detail of a 5xx goes to stderr under the request id, never to
+the client (moongraph.api.guard).
 ]]
 
 local json = require "moongraph.json"
-local auth = require "moongraph.api.auth"
+local guard = require "moongraph.api.guard"
+local fields = require "moongraph.api.fields"
 local ids = require "moongraph.ids"
-local text = require "moongraph.text"
 
-local type, tostring, tonumber, ipairs, pairs, xpcall, error =
-  type, tostring, tonumber, ipairs, pairs, xpcall, error
-local traceback = debug.traceback
-local math_tointeger = math.tointeger
+local type, tostring, ipairs, error = type, tostring, ipairs, error
 
 local _M = {}
 
@@ -65,9 +64,7 @@ local SSE_HEADERS = {
   ["X-Accel-Buffering"] = "no",
 }
 
-local function problem(status, message, headers)
-  return { status = status, headers = headers, json = { error = tostring(message) } }
-end
+local problem = guard.problem
 
 -- A JSON answer written by moongraph.json, so lists the backend marks with
 -- json.array stay lists when empty ([] rather than {}).
@@ -83,8 +80,8 @@ local function absent(v) return v == nil or v == json.null end
 local function parse_message(req, max_message)
   local body = req.body
   if body == nil or body == "" then return nil, 400, "the request body is empty: send a JSON object with \"message\"" end
-  local v, err = json.decode(body)
-  if v == nil then return nil, 400, "the request body is not valid JSON: " .. tostring(err) end
+  local v, err = fields.body(body)
+  if v == nil then return nil, 400, err end
   if type(v) ~= "table" or json.is_array(v) or v[1] ~= nil then
     return nil, 400, "the request body must be a JSON object with \"message\""
   end
@@ -95,7 +92,6 @@ local function parse_message(req, max_message)
     return nil, 413, "\"message\" is longer than " .. max_message .. " bytes (" .. #m .. ")"
   end
   if not m:find("%S") then return nil, 400, "\"message\" is empty" end
-  if not text.check_utf8(m) then return nil, 400, "\"message\" is not valid UTF-8" end
   local out = { message = m }
   local c = v.conversation_id
   if not absent(c) then
@@ -110,7 +106,6 @@ local function parse_message(req, max_message)
     if #loc > _M.MAX_LOCATION then
       return nil, 400, "\"user_location\" is longer than " .. _M.MAX_LOCATION .. " bytes"
     end
-    if not text.check_utf8(loc) then return nil, 400, "\"user_location\" is not valid UTF-8" end
     out.user_location = loc
   end
   local s = v.script
@@ -123,21 +118,11 @@ end
 _M.parse_message = parse_message
 
 local function page_of(q)
-  local function int(name, default, min, max)
-    local v = q[name]
-    if v == nil or v == "" then return default end
-    local n = math_tointeger(tonumber(v))
-    if not n or n < min or (max and n > max) then
-      return nil, "?" .. name .. " must be a whole number from " .. min .. (max and (" to " .. max) or " up")
-    end
-    return n
-  end
-  local limit, err = int("limit", _M.PAGE, 1, _M.MAX_PAGE)
-  if not limit then return nil, err end
-  local offset
-  offset, err = int("offset", 0, 0)
-  if not offset then return nil, err end
-  return { limit = limit, offset = offset }
+  local function given(v) if v ~= "" then return v end end
+  local p, err = fields.page({ limit = given(q.limit), offset = given(q.offset) },
+    { limit = _M.PAGE, max_limit = _M.MAX_PAGE })
+  if not p then return nil, "?" .. err end
+  return p
 end
 
 -- Stream a job's events from after `sub`'s position until done (or the
@@ -164,41 +149,17 @@ local function pump(res, sub, heartbeat)
 end
 
 -- routes(backend, opts) -> the routes table for moongraph.server
--- opts: keys (moongraph.api.auth keys, nil: none), heartbeat (seconds),
--- limiter (moongraph.api.ratelimit, nil: no limit), max_message (bytes).
+-- opts: keys, limiter, auth_limiter, trusted_proxies (moongraph.api.guard),
+-- heartbeat (seconds), max_message (bytes).
 function _M.routes(b, opts)
   if type(b) ~= "table" then error("bad argument #1 to 'routes': backend expected", 2) end
   opts = opts or {}
-  local keys, limiter = opts.keys, opts.limiter
   local heartbeat = opts.heartbeat or _M.HEARTBEAT
   local max_message = opts.max_message or _M.MAX_MESSAGE
 
   -- Every handler: the caller's user (401 without a good key), the rate
-  -- limit (429), and no traceback ever reaches the client.
-  local function guarded(fn)
-    return function(req, res)
-      local user, st, msg = auth.user(keys, req.headers)
-      if keys and not user then
-        return problem(st, msg, { ["WWW-Authenticate"] = "Bearer" })
-      end
-      user = user or _M.ANONYMOUS
-      if limiter then
-        local ok, retry = limiter:take(keys and user or (req.remote_addr or "?"))
-        if not ok then
-          return problem(429, "rate limit exceeded: retry in " .. retry .. " s",
-            { ["Retry-After"] = tostring(retry) })
-        end
-      end
-      local ok, out = xpcall(fn, traceback, req, res, user)
-      if not ok then
-        io.stderr:write("moongraph serve: ", req.method, " ", req.path, ": ", tostring(out), "\n")
-        io.stderr:flush()
-        if res:started() then return nil end
-        return problem(500, "internal error")
-      end
-      return out
-    end
-  end
+  -- limit (429), and nothing of the server's internals reaches the client.
+  local guarded = guard.wrapper(opts, { field = "error", body_status = 400, anonymous = _M.ANONYMOUS })
 
   local routes = {}
 

@@ -41,6 +41,7 @@ local wconfig = require "moongraph.worker.config"
 local checkpointer = require "moongraph.worker.checkpointer"
 local scripts_mod = require "moongraph.worker.scripts"
 local text = require "moongraph.text"
+local public_error = require "moongraph.public_error"
 
 local type, tostring, ipairs, setmetatable, pcall, error =
   type, tostring, ipairs, setmetatable, pcall, error
@@ -307,7 +308,8 @@ function B:conversation(user, id)
     if status then
       messages[#messages + 1] = { role = "assistant", content = null_to_nil(r.answer) or json.null,
                                   job_id = r.job_id, status = status,
-                                  error = status == "failed" and null_to_nil(r.error) or nil,
+                                  error = status == "failed" and public_error.message(null_to_nil(r.error),
+                                    "job " .. r.job_id) or nil,
                                   created_at = iso(r.answered_at) }
     end
   end

@@ -31,6 +31,14 @@ process that stops mid-run picks its unfinished jobs up at the next start
 (from the conversation's last checkpoint when the run had begun, so only
 unfinished steps run again) and appends to the same event logs.
 
+A job's outcome is stored before its stream says so: the answer (or the
+failure) goes into the conversation, then the job's record, then the
+`answer`/`error` and `done` events into its log. A write that fails (a
+full disk) is tried again, every STORE_RETRY seconds at most, until it
+goes through, while the conversation's later messages wait their turn;
+a job whose record is final but whose log has no `done` (the process
+stopped in between) gets its last events at the next start.
+
 Events (the worker's, docs/worker.md): node_start, node_end, token,
 answer, error, done; every job ends with exactly one done. A job belongs
 to the user who sent it and a conversation to the user who started it:
@@ -45,6 +53,7 @@ local joblog = require "moongraph.api.joblog"
 local scripts = require "moongraph.worker.scripts"
 local job_ids = require "moongraph.worker.job"
 local text = require "moongraph.text"
+local public_error = require "moongraph.public_error"
 local store = require("moongraph.core").store
 local cjson = require("cjson.safe").new()
 
@@ -60,6 +69,7 @@ B.__index = B
 
 _M.CONCURRENCY = 64
 _M.JOB_TIMEOUT = 600
+_M.STORE_RETRY = 30       -- seconds between tries of a write that fails, at most
 
 ---------------------------------------------------------------- helpers
 
@@ -88,6 +98,26 @@ local function write_json(path, v)
   local body, err = json.encode(v, { name = "record", valid_utf8 = true })
   if not body then return nil, err end
   return store.write(path, body)
+end
+
+local function report(what, err)
+  io.stderr:write("moongraph serve: ", what, ": ", error_message(err), "\n")
+  io.stderr:flush()
+end
+
+-- Do fn() -> ok | nil, err until it succeeds: a store that fails now (a
+-- full disk) is tried again after 0.5, 1, 2 ... STORE_RETRY seconds.
+-- Stops early (false) when gone() says the work is moot.
+local function until_stored(what, fn, gone)
+  local wait = 0.5
+  while true do
+    local ok, err = fn()
+    if ok then return true end
+    report(what .. " (trying again in " .. wait .. " s)", err)
+    mg.sleep(wait)
+    if gone and gone() then return false end
+    wait = math.min(wait * 2, _M.STORE_RETRY)
+  end
 end
 
 local title_of = chat.title
@@ -142,6 +172,34 @@ function B:_path(kind, id)
   return self.root .. "/" .. kind .. "/" .. id .. ".json"
 end
 
+-- The answer/error and done events of a job whose record is final, when
+-- its log lacks them (the process stopped between the two writes).
+function B:_finish_log(j)
+  local log, err = self.logs:get(j.job_id)
+  if err then return nil, err end
+  if not log or log.finished then return true end
+  local c = self.convs[j.conversation_id]
+  local msg
+  for _, m in ipairs(c and c.messages or {}) do
+    if m.job_id == j.job_id and m.role == "assistant" then msg = m end
+  end
+  if j.status == "failed" then
+    log, err = self.logs:create(j.job_id)
+    if not log then return nil, err end
+    local ok, aerr = log:append("error", { error = msg and msg.error or "the run failed" })
+    if not ok then return nil, aerr end
+  elseif msg then
+    log, err = self.logs:create(j.job_id)
+    if not log then return nil, err end
+    local ok, aerr = log:append("answer", { answer = type(msg.content) == "string" and msg.content or "",
+      conversation_id = j.conversation_id })
+    if not ok then return nil, aerr end
+  end
+  local ok, derr = log:append("done", { status = j.status, job_id = j.job_id, conversation_id = j.conversation_id })
+  if not ok then return nil, derr end
+  return true
+end
+
 -- Read the conversations and jobs; queue the jobs that have not finished.
 function B:_load()
   for _, name in ipairs(store.list(self.root .. "/conversations") or {}) do
@@ -159,7 +217,12 @@ function B:_load()
       local j, err = read_json(self:_path("jobs", id))
       if not j then return nil, "job " .. id .. ": " .. tostring(err) end
       self.jobs[id] = j
-      if j.status == "queued" then unfinished[#unfinished + 1] = j end
+      if j.status == "queued" then
+        unfinished[#unfinished + 1] = j
+      else
+        local ok, ferr = self:_finish_log(j)
+        if not ok then return nil, "job " .. id .. ": " .. tostring(ferr) end
+      end
     end
   end
   table_sort(unfinished, function(a, b)
@@ -208,7 +271,7 @@ local function run_graph(self, script, j, log)
     attempt = math.max(attempt, 2)
     j.attempt = attempt
     local ok, werr = write_json(self:_path("jobs", j.job_id), j)
-    if not ok then io.stderr:write("moongraph serve: job ", j.job_id, ": ", tostring(werr), "\n") end
+    if not ok then report("job " .. j.job_id, werr) end
   end
   j.attempt = attempt
   local function body()
@@ -266,14 +329,28 @@ local function extract(script, state, j)
   return { answer = a, event = type(r.event) == "table" and r.event or nil }
 end
 
-function B:_run(j)
-  local t0 = mg.now()
-  local log, lerr = self.logs:create(j.job_id)
-  if not log then
-    io.stderr:write("moongraph serve: job ", j.job_id, ": ", tostring(lerr), "\n")
-    return
+-- The outcome of a job whose log has its done already although its record
+-- is not final (what an earlier version left after a write had failed):
+-- read back from the log's last events.
+local function outcome_of_log(log)
+  local out = { status = "failed", error = "the run's outcome was lost" }
+  for _, e in ipairs(log:after(0)) do
+    local d = cjson.decode(e.data)
+    if type(d) == "table" then
+      if e.type == "answer" then
+        out = { status = "done", answer = type(d.answer) == "string" and d.answer or nil }
+      elseif e.type == "error" then
+        out = { status = "failed", error = tostring(d.error) }
+      elseif e.type == "done" and type(d.status) == "string" and out.status ~= "failed" then
+        out.status = d.status
+      end
+    end
   end
-  if log.finished then return end
+  return out
+end
+
+-- Run the job's graph -> {status, answer, extra, node, error (the detail)}
+function B:_outcome(j, log)
   local script = self.scripts:get(j.script)
   local state, err
   if not script then
@@ -281,46 +358,85 @@ function B:_run(j)
   else
     state, err = run_graph(self, script, j, log)
   end
-  local conv = self.convs[j.conversation_id]
-  if not conv or conv.deleted then return end
-  local status, answer, extra, node = "failed", nil, nil, nil
   if state then
     local r, xerr = extract(script, state, j)
     if r then
-      status = state.__interrupt__ ~= nil and "interrupted" or "done"
-      answer, extra = r.answer, r.event
-    else
-      err = xerr
+      return { status = state.__interrupt__ ~= nil and "interrupted" or "done", answer = r.answer, extra = r.event }
     end
+    err = xerr
+  end
+  err = error_message(err)
+  return { status = "failed", error = err, node = err:match("^node '([^']+)'") }
+end
+
+function B:_run(j)
+  local t0 = mg.now()
+  local log, lerr = self.logs:create(j.job_id)
+  if not log then
+    report("job " .. j.job_id, lerr)
+    return
+  end
+  local o
+  if log.finished then
+    o = outcome_of_log(log)
   else
-    err = error_message(err)
-    node = err:match("^node '([^']+)'")
+    o = self:_outcome(j, log)
+  end
+  local conv = self.convs[j.conversation_id]
+  if not conv or conv.deleted then return end
+  local status, answer, extra, node = o.status, o.answer, o.extra, o.node
+  -- what the client is told of a failure: never the error itself (paths,
+  -- upstream addresses); that goes to the server's log under the job id
+  local public
+  if status == "failed" then
+    report("job " .. j.job_id .. " failed", o.error)
+    public = public_error.message(o.error, "job " .. j.job_id)
   end
   local now = wall()
   local msg = { role = "assistant", content = answer or json.null, job_id = j.job_id, status = status,
-                error = status == "failed" and err or nil, created_at = iso(now) }
+                error = public, created_at = iso(now) }
   for k, v in pairs(extra or {}) do if msg[k] == nil then msg[k] = v end end
-  do
+  local function gone() return conv.deleted end
+  -- the outcome is stored before anyone is told: conversation, job, log.
+  -- The conversation takes the answer once it is on disk (a message
+  -- submitted meanwhile is kept: each try starts from what it holds then).
+  if not until_stored("conversation " .. conv.id, function()
     local guard <close> = lock(self, j.conversation_id)
-    if conv.deleted then return end
-    conv.messages[#conv.messages + 1] = msg
-    conv.updated_at, conv.ts = iso(now), now
-    local ok, werr = write_json(self:_path("conversations", conv.id), conv)
-    if not ok then io.stderr:write("moongraph serve: conversation ", conv.id, ": ", tostring(werr), "\n") end
-  end
+    if conv.deleted then return true end
+    for _, m in ipairs(conv.messages) do
+      if m.job_id == j.job_id and m.role == "assistant" then return true end
+    end
+    local saved = {}
+    for k, v in pairs(conv) do saved[k] = v end
+    saved.messages = json.array()
+    for i, m in ipairs(conv.messages) do saved.messages[i] = m end
+    saved.messages[#saved.messages + 1] = msg
+    saved.updated_at, saved.ts = iso(now), now
+    local ok, err = write_json(self:_path("conversations", conv.id), saved)
+    if not ok then return nil, err end
+    conv.messages, conv.updated_at, conv.ts = saved.messages, saved.updated_at, saved.ts
+    return true
+  end, gone) or conv.deleted then return end
   j.status, j.finished_at = status, iso(now)
-  local ok, werr = write_json(self:_path("jobs", j.job_id), j)
-  if not ok then io.stderr:write("moongraph serve: job ", j.job_id, ": ", tostring(werr), "\n") end
+  if not until_stored("job " .. j.job_id, function()
+    return write_json(self:_path("jobs", j.job_id), j)
+  end, gone) then return end
+  if log.finished then return end
+  local last
   if status == "failed" then
-    log:append("error", { error = err, node = node })
+    last = { "error", { error = public, node = node } }
   else
     local data = {}
     for k, v in pairs(extra or {}) do data[k] = v end
     data.answer, data.conversation_id = answer or "", j.conversation_id
-    log:append("answer", data)
+    last = { "answer", data }
   end
-  log:append("done", { status = status, job_id = j.job_id, conversation_id = j.conversation_id,
-                       duration_ms = ms(mg.now() - t0) })
+  local done = { status = status, job_id = j.job_id, conversation_id = j.conversation_id,
+                 duration_ms = ms(mg.now() - t0) }
+  if not until_stored("events of job " .. j.job_id, function() return log:append(last[1], last[2]) end, gone) then
+    return
+  end
+  until_stored("events of job " .. j.job_id, function() return log:append("done", done) end, gone)
 end
 
 -- The jobs of one conversation run one after the other.

@@ -41,6 +41,7 @@ local ids = require "moongraph.ids"
 local core = require "moongraph.core"
 local scripts = require "moongraph.worker.scripts"
 local text = require "moongraph.text"
+local public_error = require "moongraph.public_error"
 local multitask = require "moongraph.multitask"
 local lgrun = require "moongraph.langgraph_run"
 local lgstate = require "moongraph.api.langgraph_state"
@@ -191,11 +192,12 @@ local function mine(self, user, id)
 end
 
 function B:thread_create(user, body)
-  body = body or {}
-  local metadata, st, msg = object(body.metadata, "metadata")
-  if not metadata then return fail(st, msg) end
-  local id = body.thread_id
-  if isnull(id) then id = uuid4()
+  local q, st, msg = lgrequest.thread_create(body or {})
+  if not q then return fail(st, msg) end
+  body = q
+  local metadata = q.metadata
+  local id = q.thread_id
+  if id == nil then id = uuid4()
   else
     local ok, err = ids.check(id, "thread_id")
     if not ok then return fail(422, err) end
@@ -212,7 +214,7 @@ function B:thread_create(user, body)
   local rec = { thread_id = id, owner = user, created_at = now, updated_at = now,
     metadata = metadata, status = "idle", runs = {} }
   local ok, err = save_thread(self, rec)
-  if not ok then return fail(500, "cannot store the thread: " .. tostring(err)) end
+  if not ok then return fail(503, "cannot store the thread: " .. tostring(err)) end
   self.threads[id] = rec
   return thread_json(rec)
 end
@@ -224,42 +226,33 @@ function B:thread_get(user, id)
 end
 
 function B:thread_patch(user, id, body)
-  local rec, st, msg = mine(self, user, id)
+  local q, st, msg = lgrequest.thread_patch(body or {})
+  if not q then return fail(st, msg) end
+  local rec
+  rec, st, msg = mine(self, user, id)
   if not rec then return fail(st, msg) end
-  local metadata
-  metadata, st, msg = object((body or {}).metadata, "metadata")
-  if not metadata then return fail(st, msg) end
+  local metadata = q.metadata
   rec.metadata = rec.metadata or {}
   for k, v in pairs(metadata) do rec.metadata[k] = v end
   rec.updated_at = wall()
   local ok, err = save_thread(self, rec)
-  if not ok then return fail(500, "cannot store the thread: " .. tostring(err)) end
+  if not ok then return fail(503, "cannot store the thread: " .. tostring(err)) end
   return thread_json(rec)
 end
 
-local SORT_KEYS = { thread_id = true, status = true, created_at = true, updated_at = true }
-
-function B:thread_search(user, body)
-  body = body or {}
-  local metadata, st, msg = object(body.metadata, "metadata")
-  if not metadata then return fail(st, msg) end
-  local values
-  values, st, msg = object(body.values, "values")
-  if not values then return fail(st, msg) end
+-- the caller's threads q selects, sorted as it asks
+local function search(self, user, q)
+  local metadata, values = q.metadata, q.values
   local want_ids
-  if not isnull(body.ids) then
-    if type(body.ids) ~= "table" then return fail(422, "ids must be a list") end
+  if q.ids then
     want_ids = {}
-    for _, i in ipairs(body.ids) do want_ids[i] = true end
+    for _, i in ipairs(q.ids) do want_ids[i] = true end
   end
-  local sort_by = isnull(body.sort_by) and "created_at" or body.sort_by
-  if not SORT_KEYS[sort_by] then
-    return fail(422, "sort_by must be thread_id, status, created_at or updated_at")
-  end
-  local desc = isnull(body.sort_order) or body.sort_order == "desc"
+  local sort_by = q.sort_by or "created_at"
+  local desc = q.sort_order ~= "asc"
   local list = {}
   for _, rec in pairs(self.threads) do
-    if rec.owner == user and not rec.temporary and (isnull(body.status) or rec.status == body.status)
+    if rec.owner == user and not rec.temporary and (q.status == nil or rec.status == q.status)
        and (not want_ids or want_ids[rec.thread_id])
        and contains(rec.metadata or {}, metadata) and contains(rec.values or {}, values) then
       list[#list + 1] = rec
@@ -271,9 +264,16 @@ function B:thread_search(user, body)
     if desc then return x > y end
     return x < y
   end)
-  local offset = math.max(0, tonumber(body.offset) or 0)
-  local limit = math.max(0, tonumber(body.limit) or 10)
-  local select = type(body.select) == "table" and body.select or nil
+  return list
+end
+
+-- thread_search(user, body) -> page, total | nil, 422, msg
+function B:thread_search(user, body)
+  local q, st, msg = lgrequest.thread_search(body or {})
+  if not q then return fail(st, msg) end
+  local list = search(self, user, q)
+  local offset, limit = q.offset, q.limit
+  local select = q.select
   local page = array()
   for i = offset + 1, math.min(#list, offset + limit) do
     local t = thread_json(list[i])
@@ -287,10 +287,12 @@ function B:thread_search(user, body)
   return page, #list
 end
 
+-- thread_count(user, body) -> n | nil, 422, msg (body: metadata, values, status)
 function B:thread_count(user, body)
-  local _, total = self:thread_search(user, { metadata = body and body.metadata, values = body and body.values,
-    status = body and body.status, limit = 0 })
-  return total or 0
+  body = body or {}
+  local q, st, msg = lgrequest.thread_search { metadata = body.metadata, values = body.values, status = body.status }
+  if not q then return fail(st, msg) end
+  return #search(self, user, q)
 end
 
 -- the thread's active run, or runs waiting for its lease
@@ -312,9 +314,9 @@ function B:thread_delete(user, id)
   self.threads[id] = nil
   mg.checkpoint.settle(self.saver, id)   -- the stopped run's last writes first
   local ok, err = self.saver:delete_thread(id)
-  if not ok then return fail(500, "cannot delete the thread's checkpoints: " .. tostring(err)) end
+  if not ok then return fail(503, "cannot delete the thread's checkpoints: " .. tostring(err)) end
   local rok, rerr, code = store.remove(thread_path(self, id))
-  if not rok and code ~= "ENOENT" then return fail(500, "cannot delete the thread: " .. tostring(rerr)) end
+  if not rok and code ~= "ENOENT" then return fail(503, "cannot delete the thread: " .. tostring(rerr)) end
   return true
 end
 
@@ -353,18 +355,24 @@ function B:thread_update_state(user, id, body)
   local rec, st, msg = mine(self, user, id)
   if not rec then return fail(st, msg) end
   if busy(rec) then return fail(409, "thread '" .. id .. "' is busy: a run is going") end
+  local q
+  q, st, msg = lgrequest.state_update(body or {})
+  if not q then return fail(st, msg) end
   local app, gid = app_of(self, rec)
   local out
-  out, st, msg = lgstate.update(app, gid, id, body)
+  out, st, msg = lgstate.update(app, gid, id, q)
   if not out then return fail(st, msg) end
   refresh(self, rec, app)
   return out
 end
 
 function B:thread_history(user, id, body)
-  local rec, st, msg = mine(self, user, id)
+  local q, st, msg = lgrequest.history(body or {})
+  if not q then return fail(st, msg) end
+  local rec
+  rec, st, msg = mine(self, user, id)
   if not rec then return fail(st, msg) end
-  return lgstate.history(app_of(self, rec), id, body)
+  return lgstate.history(app_of(self, rec), id, q)
 end
 
 ---------------------------------------------------------------- runs
@@ -402,9 +410,8 @@ end
 -- cursor(last_event_id) -> where a stream that got that event id goes on
 -- (nil or not an event id of this run: from the start)
 function Run:cursor(last_event_id)
-  local n = last_event_id and tonumber(last_event_id)
-  if not n or n < 0 then return 0 end
-  return math.floor(n)
+  if type(last_event_id) ~= "string" or not last_event_id:find("^%d+$") or #last_event_id > 15 then return 0 end
+  return math.min(tonumber(last_event_id), #self.events)
 end
 
 -- events_after(seq [, timeout]) -> list of events after seq (maybe empty on
@@ -424,9 +431,19 @@ function Run:events_after(seq, timeout)
   return out, self.done and #ev <= seq + #out
 end
 
--- the run is over (status set, followers released)
+-- the run is over (status set, followers released). A run that ends
+-- interrupted (cancelled, or stopped by a later run's multitask_strategy)
+-- says so with an error event (UserInterrupt, UserRollback), so neither
+-- its stream nor its wait looks like a success.
 function Run:finish(status)
   if self.done then return end
+  if status == "interrupted" and not self.stop_told then
+    self.stop_told = true
+    local by = self.stopped_by
+    self:publish("error", { error = self.stop_action == "rollback" and "UserRollback" or "UserInterrupt",
+      message = by and by.by and ("stopped by run " .. tostring(by.by) .. " (multitask_strategy " ..
+        tostring(by.strategy) .. ")") or "the run was cancelled" })
+  end
   self.status = status
   self.updated_at = wall()
   self.done = true
@@ -445,9 +462,10 @@ end
 
 -- ask the run to stop: "interrupt" keeps its checkpoints, "rollback" takes
 -- the thread back to where the run started
-function Run:stop(action)
+function Run:stop(action, by)
   if self.done then return end
   self.stop_action = action or "interrupt"
+  self.stopped_by = by
   if self.task and not self.task:done() then self.task:cancel() end
 end
 
@@ -493,10 +511,14 @@ local function run_body(self, rec, run)
     status = "interrupted"
     refresh(self, rec, app)
   elseif failure then
+    -- the client learns which node failed; the detail is the server's
     local msg = text.error_message(failure)
-    run:publish("error", { error = "GraphError", message = msg })
+    io.stderr:write("moongraph serve: run ", run.run_id, " failed: ", msg, "\n")
+    io.stderr:flush()
+    local public = public_error.message(failure, "run " .. run.run_id)
+    run:publish("error", { error = "GraphError", message = public })
     status = "error"
-    refresh(self, rec, app, "error", msg)
+    refresh(self, rec, app, "error", public)
   else
     status = "success"
     refresh(self, rec, app)
@@ -527,7 +549,7 @@ end
 -- this one, it stops
 local function acquire(self, run, strategy)
   return self.coord:acquire(run.thread_id, { run_id = run.run_id, strategy = strategy,
-    on_preempt = function(p) run:stop(p.strategy) end })
+    on_preempt = function(p) run:stop(p.strategy, p) end })
 end
 
 local function leave_queue(rec, run)
@@ -570,17 +592,16 @@ thread_id nil: a stateless run (on a temporary thread, deleted when the run
 ends unless on_completion = "keep"). The run starts at once, or waits its
 turn (enqueue); see the module's note on multitask_strategy. ]]
 function B:run_create(user, thread_id, body)
-  if type(body) ~= "table" then return fail(422, "the request body must be a JSON object") end
-  local s = script_of(self, body.assistant_id)
-  if not s then return fail(404, "assistant '" .. tostring(body.assistant_id) .. "' not found") end
   local r, st, msg = lgrequest.run(body)
   if not r then return fail(st, msg) end
+  local s = script_of(self, body.assistant_id)
+  if not s then return fail(404, "assistant '" .. tostring(body.assistant_id) .. "' not found") end
   local strategy = r.strategy
   local rec
   local temporary, stateless = false, thread_id == nil
   if thread_id == nil then
     thread_id = uuid4()
-    temporary = body.on_completion ~= "keep"
+    temporary = r.on_completion ~= "keep"
     local now = wall()
     rec = { thread_id = thread_id, owner = user, created_at = now, updated_at = now,
       metadata = { graph_id = s.name, assistant_id = s.name }, status = "idle", runs = {},
@@ -589,7 +610,7 @@ function B:run_create(user, thread_id, body)
   else
     rec, st, msg = mine(self, user, thread_id)
     if not rec then
-      if body.if_not_exists == "create" and not self.threads[thread_id] then
+      if r.if_not_exists == "create" and not self.threads[thread_id] then
         local t, cst, cmsg = self:thread_create(user, { thread_id = thread_id })
         if not t then return fail(cst, cmsg) end
         rec = self.threads[thread_id]
@@ -608,7 +629,7 @@ function B:run_create(user, thread_id, body)
   -- the thread's lease now when the thread is free; else the run waits for
   -- it by its strategy (reject: 409)
   local lease = self.coord:acquire(thread_id, { run_id = run_id, strategy = "reject",
-    on_preempt = function(p) run:stop(p.strategy) end })
+    on_preempt = function(p) run:stop(p.strategy, p) end })
   if not lease and strategy == "reject" then
     return fail(409, "thread '" .. thread_id .. "' is already running a run; wait for it to finish " ..
       "or choose another multitask_strategy (enqueue, interrupt, rollback)")
@@ -662,16 +683,19 @@ function B:run(user, thread_id, run_id)
   return run
 end
 
-function B:run_list(user, thread_id, q)
-  local rec, st, msg = mine(self, user, thread_id)
+-- run_list(user, thread_id, query) -> runs | nil, status, msg
+function B:run_list(user, thread_id, query)
+  local q, st, msg = lgrequest.run_list(query or {})
+  if not q then return fail(st, msg) end
+  local rec
+  rec, st, msg = mine(self, user, thread_id)
   if not rec then return fail(st, msg) end
-  q = q or {}
   local out = array()
-  local offset, limit = tonumber(q.offset) or 0, tonumber(q.limit) or 10
+  local offset, limit = q.offset, q.limit
   local n = 0
   for i = #rec.runs, 1, -1 do
     local r = rec.runs[i]
-    if isnull(q.status) or r.status == q.status then
+    if q.status == nil or r.status == q.status then
       n = n + 1
       if n > offset and #out < limit then out[#out + 1] = run_json(r) end
     end
@@ -716,10 +740,11 @@ function B:run_delete(user, thread_id, run_id)
 end
 
 -- the output of a finished run: the thread's values (with __interrupt__
--- when it paused), or {__error__ = {error, message}}
+-- when it paused), or {__error__ = {error, message}} when it failed or was
+-- stopped
 function B:run_output(run)
   run:wait()
-  if run.status == "error" then
+  if run.status == "error" or run.status == "interrupted" then
     for i = #run.events, 1, -1 do
       local e = run.events[i]
       if e.event == "error" then return { __error__ = json.decode(e.data) } end

@@ -18,9 +18,12 @@ for more; a log is finished once its `done` event is in.
 
 Appends go to the file at once (a write and a flush), so a process that
 stops loses no event it had appended; a line cut short by a crash is
-dropped when the log is read again. Logs of finished jobs stay on disk and
-are read back on demand; only the last `cache` of them (256) stay in
-memory.
+dropped when the log is read again. An append that fails (a full disk)
+returns nil, err and publishes nothing; the log's next append first
+rewrites the whole file from what it holds (atomically: a temp file
+renamed into place), so a line the failed write cut short never stays in
+the middle of a log. Logs of finished jobs stay on disk and are read back
+on demand; only the last `cache` of them (256) stay in memory.
 ]]
 
 local mg = require "moongraph"
@@ -166,6 +169,24 @@ function Log:_close()
   end
 end
 
+local function line_of(id, etype, text)
+  return string_format("%d\t%s\t%s\n", id, etype, text)
+end
+
+-- after a failed write: the file again as the events held say (a task may
+-- wait here: the rewrite runs on the thread pool)
+function Log:_repair()
+  local parts = {}
+  for i = 1, self.last do
+    local e = self.events[i]
+    parts[i] = line_of(e.id, e.type, e.data)
+  end
+  local ok, err = store.write(self.path, table.concat(parts))
+  if not ok then return nil, "cannot rewrite " .. self.path .. ": " .. tostring(err) end
+  self.torn = nil
+  return true
+end
+
 -- append(type, data) -> id | nil, err. data: a table (written as JSON) or
 -- a JSON text. Nothing is appended after `done`.
 function Log:append(etype, data)
@@ -179,6 +200,10 @@ function Log:append(etype, data)
     text, err = cjson.encode(data == nil and {} or data)
     if not text then text = cjson.encode { unencodable = tostring(err) } end
   end
+  if self.torn then
+    local ok, err = self:_repair()
+    if not ok then return nil, err end
+  end
   if not self.fh then
     local f, err = io_open(self.path, "ab")
     if not f then return nil, "cannot open " .. self.path .. ": " .. tostring(err) end
@@ -186,8 +211,12 @@ function Log:append(etype, data)
     self.fh = f
   end
   local id = self.last + 1
-  local ok, err = self.fh:write(string_format("%d\t%s\t%s\n", id, etype, text))
-  if not ok then return nil, "cannot write " .. self.path .. ": " .. tostring(err) end
+  local ok, err = self.fh:write(line_of(id, etype, text))
+  if not ok then
+    self:_close()
+    self.torn = true
+    return nil, "cannot write " .. self.path .. ": " .. tostring(err)
+  end
   self.last = id
   self.events[id] = { id = id, type = etype, data = text }
   if etype == "done" then

@@ -9,11 +9,14 @@ backend (moongraph.api.embedded, or moongraph.api.langgraph_distributed for
 
 The paths, bodies and SSE events are the ones @langchain/langgraph-sdk
 sends and reads (docs/api.md lists them). Every answer is JSON; errors are
-{"detail": message} with the status that says what went wrong (400 bad
-JSON, 401 no or bad key, 404 unknown id or another user's, 409 busy or
-existing, 422 a field the API does not accept), never a traceback: a
-handler that fails answers 500 {"detail": "internal error"} and the error
-goes to stderr.
+{"detail": message, "request_id": id} with the status that says what went
+wrong (400 bad JSON, 401 no or bad key, 404 unknown id or another user's,
+409 busy or existing, 422 a field the API does not accept, named, 429 too
+many requests or failed authentications), never a traceback or a server's
+internals: a handler that fails answers 500 {"detail": "internal error"},
+a store that is down 503, and the detail goes to stderr under the request
+id (moongraph.api.guard). Every field is checked, by the backends, with
+moongraph.api.langgraph_request.
 
 Streams are SSE: `metadata` first, then one event per stream mode
 (values, updates, messages, custom, debug, tasks, checkpoints; with
@@ -26,22 +29,21 @@ a comment every `heartbeat` seconds.
 ]]
 
 local json = require "moongraph.json"
-local auth = require "moongraph.api.auth"
+local guard = require "moongraph.api.guard"
+local lgrequest = require "moongraph.api.langgraph_request"
 
-local type, tostring, tonumber, ipairs, pairs, xpcall = type, tostring, tonumber, ipairs, pairs, xpcall
-local traceback = debug.traceback
-local io_stderr = io.stderr
+local type, tostring, ipairs, pairs = type, tostring, ipairs, pairs
 
 local _M = {}
 
 local JSON_HEADERS = { ["Content-Type"] = "application/json" }
 
+local problem = guard.problem
+_M.problem = problem
+
 local function answer(value, status, headers)
   local body, err = json.encode(value, { valid_utf8 = true })
-  if not body then
-    return { status = 500, headers = JSON_HEADERS,
-      body = json.encode { detail = "the answer cannot be sent as JSON: " .. err } }
-  end
+  if not body then return problem(500, "the answer cannot be sent as JSON: " .. err) end
   local h = JSON_HEADERS
   if headers then
     h = { ["Content-Type"] = "application/json" }
@@ -49,12 +51,6 @@ local function answer(value, status, headers)
   end
   return { status = status or 200, headers = h, body = body }
 end
-
-local function problem(status, message)
-  return { status = status, headers = JSON_HEADERS,
-    body = json.encode({ detail = tostring(message) }, { valid_utf8 = true }) }
-end
-_M.problem = problem
 
 -- a backend result -> response (nil, status, msg -> an error answer)
 local function reply(v, st, msg, status, headers)
@@ -116,53 +112,16 @@ The backend (moongraph.api.embedded, moongraph.api.langgraph_distributed)
 gives runs with run_id, events_after(cursor, timeout) -> {seq, event,
 data}..., done (seq: the event's id and the cursor after it),
 cursor(last_event_id) and stop(action).
-opts.keys: {key = user} (moongraph.api.auth), nil for none;
-opts.heartbeat: seconds between comments on idle streams (15);
-opts.limiter: moongraph.api.ratelimit shared with the other routes of the
-server (one budget per key, or per client address without keys), nil: none. ]]
+opts: keys, limiter, auth_limiter, trusted_proxies (moongraph.api.guard;
+the limiters shared with the other routes of the server), heartbeat
+(seconds between comments on idle streams, 15). ]]
 function _M.routes(b, opts)
   if type(b) ~= "table" then error("bad argument #1 to 'routes': backend expected", 2) end
   opts = opts or {}
-  local keys, limiter = opts.keys, opts.limiter
   local heartbeat = opts.heartbeat or 15
 
   -- handler(fn, with_body): authenticates, decodes the body, guards errors
-  local function handler(fn, with_body)
-    return function(req, res)
-      local user, st, msg = auth.user(keys, req.headers)
-      if st then return problem(st, msg) end
-      if limiter then
-        local ok, retry = limiter:take(keys and user or (req.remote_addr or "?"))
-        if not ok then
-          local p = problem(429, "rate limit exceeded: retry in " .. retry .. " s")
-          p.headers = { ["Content-Type"] = p.headers["Content-Type"], ["Retry-After"] = tostring(retry) }
-          return p
-        end
-      end
-      local body
-      if with_body then
-        local raw = req.body
-        if raw and raw:find("%S") then
-          local v, err = json.decode(raw)
-          if v == nil then return problem(400, "the request body is not valid JSON: " .. tostring(err)) end
-          if type(v) ~= "table" or json.is_array(v) or v[1] ~= nil then
-            return problem(422, "the request body must be a JSON object")
-          end
-          body = v
-        else
-          body = {}
-        end
-      end
-      local ok, out = xpcall(fn, traceback, req, res, user, body)
-      if not ok then
-        io_stderr:write("moongraph serve: ", req.method, " ", req.path, ": ", tostring(out), "\n")
-        io_stderr:flush()
-        if res:started() then return nil end
-        return problem(500, "internal error")
-      end
-      return out
-    end
-  end
+  local handler = guard.wrapper(opts, { field = "detail", body_status = 422 })
 
   local function stream_new_run(req, res, user, body, thread_id)
     local run, st, msg = b:run_create(user, thread_id, body)
@@ -198,14 +157,11 @@ function _M.routes(b, opts)
 
   -- assistants
   r["POST /assistants/search"] = handler(function(_, _, _, body)
-    local list, total = b:assistants_search(body)
+    local list, total, msg = b:assistants_search(body)
+    if not list then return problem(total, msg) end
     return answer(list, 200, { ["X-Pagination-Total"] = tostring(total) })
   end, true)
-  r["POST /assistants/count"] = handler(function(_, _, _, body)
-    local _, total = b:assistants_search { graph_id = body.graph_id, name = body.name,
-      metadata = body.metadata, limit = 0 }
-    return answer(total)
-  end, true)
+  r["POST /assistants/count"] = handler(function(_, _, _, body) return reply(b:assistants_count(body)) end, true)
   r["GET /assistants/:id"] = handler(function(req) return reply(b:assistant(req.params.id)) end)
   r["GET /assistants/:id/graph"] = handler(function(req) return reply(b:assistant_graph(req.params.id)) end)
   r["GET /assistants/:id/schemas"] = handler(function(req) return reply(b:assistant_schemas(req.params.id)) end)
@@ -222,7 +178,7 @@ function _M.routes(b, opts)
     if not list then return problem(total, msg) end
     return answer(list, 200, { ["X-Pagination-Total"] = tostring(total) })
   end, true)
-  r["POST /threads/count"] = handler(function(_, _, user, body) return answer(b:thread_count(user, body)) end, true)
+  r["POST /threads/count"] = handler(function(_, _, user, body) return reply(b:thread_count(user, body)) end, true)
   r["GET /threads/:tid"] = handler(function(req, _, user) return reply(b:thread_get(user, req.params.tid)) end)
   r["PATCH /threads/:tid"] = handler(function(req, _, user, body)
     return reply(b:thread_patch(user, req.params.tid, body))
@@ -239,8 +195,8 @@ function _M.routes(b, opts)
     return reply(b:thread_state(user, req.params.tid, req.params.cid))
   end)
   r["POST /threads/:tid/state/checkpoint"] = handler(function(req, _, user, body)
-    local cp = type(body.checkpoint) == "table" and body.checkpoint.checkpoint_id or nil
-    if cp == json.null then cp = nil end
+    local cp, st, msg = lgrequest.checkpoint_id { checkpoint = body.checkpoint }
+    if st then return problem(st, msg) end
     return reply(b:thread_state(user, req.params.tid, cp))
   end, true)
   r["POST /threads/:tid/state"] = handler(function(req, _, user, body)
@@ -250,8 +206,7 @@ function _M.routes(b, opts)
     return reply(b:thread_history(user, req.params.tid, body))
   end, true)
   r["GET /threads/:tid/history"] = handler(function(req, _, user)
-    return reply(b:thread_history(user, req.params.tid,
-      { limit = tonumber(req.query.limit), before = req.query.before }))
+    return reply(b:thread_history(user, req.params.tid, { limit = req.query.limit, before = req.query.before }))
   end)
   r["GET /threads/:tid/stream"] = handler(function(req, res, user)
     local run, st, msg = b:thread_active_run(user, req.params.tid)
@@ -299,10 +254,12 @@ function _M.routes(b, opts)
     return join_stream(req, res, user, req.params.tid, req.params.rid)
   end)
   r["POST /threads/:tid/runs/:rid/cancel"] = handler(function(req, _, user)
-    local wait = truthy(req.query.wait)
-    local ok, st, msg = b:run_cancel(user, req.params.tid, req.params.rid, req.query.action, wait)
+    local q, st, msg = lgrequest.cancel(req.query)
+    if not q then return problem(st, msg) end
+    local ok
+    ok, st, msg = b:run_cancel(user, req.params.tid, req.params.rid, q.action, q.wait)
     if not ok then return problem(st, msg) end
-    return { status = wait and 204 or 202 }
+    return { status = q.wait and 204 or 202 }
   end)
 
   -- stateless runs

@@ -3,7 +3,7 @@ moongraph.api.langgraph_assistants — the assistants of the LangGraph Agent
 API: every script a backend loaded is one, its id its name (the graph id).
 
   local lgassistants = require "moongraph.api.langgraph_assistants"
-  lgassistants.install(B)   -- B:assistants_search(body), B:assistant(id),
+  lgassistants.install(B)   -- B:assistants_search(body), B:assistants_count(body), B:assistant(id),
                             -- B:assistant_graph(id), B:assistant_schemas(id)
                             -- on a backend with fields reg (moongraph.worker.scripts)
                             -- and created (wall-clock time, the assistants' date)
@@ -14,8 +14,9 @@ local mg = require "moongraph"
 local json = require "moongraph.json"
 local lgrun = require "moongraph.langgraph_run"
 local lgstate = require "moongraph.api.langgraph_state"
+local lgrequest = require "moongraph.api.langgraph_request"
 
-local type, ipairs, tostring, tonumber = type, ipairs, tostring, tonumber
+local type, ipairs, tostring = type, ipairs, tostring
 local null, array = json.null, json.array
 
 local _M = {}
@@ -39,20 +40,34 @@ end
 
 local function not_found(id) return nil, 404, "assistant '" .. tostring(id) .. "' not found" end
 
-local function search(self, body)
-  body = body or {}
+local function matching(self, q)
   local out = {}
   for _, s in ipairs(self.reg.set.list) do
-    if (isnull(body.graph_id) or body.graph_id == s.name) and (isnull(body.name) or body.name == s.name)
-       and (type(body.metadata) ~= "table" or lgstate.contains({ created_by = "system" }, body.metadata)) then
+    if (isnull(q.graph_id) or q.graph_id == s.name) and (isnull(q.name) or q.name == s.name)
+       and (type(q.metadata) ~= "table" or lgstate.contains({ created_by = "system" }, q.metadata)) then
       out[#out + 1] = assistant_json(self, s)
     end
   end
-  local offset = tonumber(body.offset) or 0
-  local limit = tonumber(body.limit) or 10
+  return out
+end
+
+-- search(body) -> page, total | nil, 422, msg
+local function search(self, body)
+  local q, st, msg = lgrequest.assistant_search(body or {})
+  if not q then return nil, st, msg end
+  local out = matching(self, q)
   local page = array()
-  for i = offset + 1, math.min(#out, offset + limit) do page[#page + 1] = out[i] end
+  for i = q.offset + 1, math.min(#out, q.offset + q.limit) do page[#page + 1] = out[i] end
   return page, #out
+end
+
+-- count(body) -> n | nil, 422, msg (body: graph_id, name, metadata)
+local function count(self, body)
+  body = body or {}
+  local q, st, msg = lgrequest.assistant_search { graph_id = body.graph_id, name = body.name,
+    metadata = body.metadata }
+  if not q then return nil, st, msg end
+  return #matching(self, q)
 end
 
 local function get(self, id)
@@ -89,7 +104,8 @@ local function schemas(self, id)
 end
 
 function _M.install(B)
-  B.assistants_search, B.assistant, B.assistant_graph, B.assistant_schemas = search, get, graph, schemas
+  B.assistants_search, B.assistants_count = search, count
+  B.assistant, B.assistant_graph, B.assistant_schemas = get, graph, schemas
   return B
 end
 

@@ -174,11 +174,12 @@ UPDATE langgraph_threads SET "values" = coalesce($2::jsonb, "values"), interrupt
 end
 
 function B:thread_create(user, body)
-  body = body or {}
-  local metadata, st, msg = lgrequest.object(body.metadata, "metadata")
-  if not metadata then return fail(st, msg) end
-  local id = body.thread_id
-  if isnull(id) then id = embedded.uuid4()
+  local q, st, msg = lgrequest.thread_create(body or {})
+  if not q then return fail(st, msg) end
+  body = q
+  local metadata = q.metadata
+  local id = q.thread_id
+  if id == nil then id = embedded.uuid4()
   else
     local ok, err = ids.check(id, "thread_id")
     if not ok then return fail(422, err) end
@@ -205,8 +206,9 @@ function B:thread_get(user, id)
 end
 
 function B:thread_patch(user, id, body)
-  local metadata, st, msg = lgrequest.object((body or {}).metadata, "metadata")
-  if not metadata then return fail(st, msg) end
+  local q, st, msg = lgrequest.thread_patch(body or {})
+  if not q then return fail(st, msg) end
+  local metadata = q.metadata
   if type(id) ~= "string" or not ids.valid(id) then return fail(404, "thread '" .. tostring(id) .. "' not found") end
   local rows, err = self.db:query([[
 UPDATE langgraph_threads SET metadata = metadata || $3::jsonb, updated_at = clock_timestamp()
@@ -219,36 +221,42 @@ end
 local SORT_KEYS = { thread_id = "thread_id", status = "status", created_at = "created_at",
   updated_at = "updated_at" }
 
+-- thread_search(user, body) -> page, total | nil, 422, msg
 function B:thread_search(user, body)
+  local q, st, msg = lgrequest.thread_search(body or {})
+  if not q then return fail(st, msg) end
+  return self:_search(user, q)
+end
+
+-- thread_count(user, body) -> n | nil, status, msg (body: metadata, values, status)
+function B:thread_count(user, body)
   body = body or {}
-  local metadata, st, msg = lgrequest.object(body.metadata, "metadata")
-  if not metadata then return fail(st, msg) end
-  local values
-  values, st, msg = lgrequest.object(body.values, "values")
-  if not values then return fail(st, msg) end
-  local want_ids = pg.null
-  if not isnull(body.ids) then
-    if type(body.ids) ~= "table" then return fail(422, "ids must be a list") end
-    want_ids = json.encode(array(body.ids))
-  end
-  local sort_by = isnull(body.sort_by) and "created_at" or body.sort_by
-  local column = SORT_KEYS[sort_by]
-  if not column then return fail(422, "sort_by must be thread_id, status, created_at or updated_at") end
-  local dir = (isnull(body.sort_order) or body.sort_order == "desc") and "DESC" or "ASC"
-  local offset = math_max(0, math_floor(tonumber(body.offset) or 0))
-  local limit = math_max(0, math_floor(tonumber(body.limit) or 10))
+  local q, st, msg = lgrequest.thread_search { metadata = body.metadata, values = body.values, status = body.status }
+  if not q then return fail(st, msg) end
+  q.limit = 0
+  local _, total
+  _, total, msg = self:_search(user, q)
+  if not _ then return fail(total, msg) end
+  return total
+end
+
+function B:_search(user, q)
+  local metadata, values = q.metadata, q.values
+  local want_ids = q.ids and json.encode(array(q.ids)) or pg.null
+  local column = SORT_KEYS[q.sort_by or "created_at"]
+  local dir = q.sort_order == "asc" and "ASC" or "DESC"
+  local offset, limit = q.offset or 0, q.limit or 10
   local where = [[ FROM langgraph_threads WHERE user_id = $1 AND metadata @> $2::jsonb
     AND coalesce("values", '{}'::jsonb) @> $3::jsonb AND ($4::text IS NULL OR status = $4)
     AND ($5::jsonb IS NULL OR thread_id IN (SELECT jsonb_array_elements_text($5::jsonb)))]]
-  local params = { who(user), json.encode(metadata), json.encode(values),
-    isnull(body.status) and pg.null or tostring(body.status), want_ids }
+  local params = { who(user), json.encode(metadata), json.encode(values), q.status or pg.null, want_ids }
   local rows, err = self.db:query("SELECT " .. THREAD_COLUMNS .. where ..
     " ORDER BY " .. column .. " " .. dir .. ", thread_id " .. dir .. " LIMIT " .. limit .. " OFFSET " .. offset, params)
   if not rows then return unavailable("the threads could not be read", err) end
   local count
   count, err = self.db:query("SELECT count(*)::int AS n" .. where, params)
   if not count then return unavailable("the threads could not be counted", err) end
-  local select = type(body.select) == "table" and body.select or nil
+  local select = q.select
   local page = array()
   for i, r in ipairs(rows) do
     local t = embedded.thread_json(thread_rec(r))
@@ -260,12 +268,6 @@ function B:thread_search(user, body)
     page[i] = t
   end
   return page, count[1].n
-end
-
-function B:thread_count(user, body)
-  local _, total = self:thread_search(user, { metadata = body and body.metadata, values = body and body.values,
-    status = body and body.status, limit = 0 })
-  return total or 0
 end
 
 function B:thread_delete(user, id)
@@ -290,7 +292,7 @@ function B:thread_delete(user, id)
     self.redis:call("SET", lg.cancel_key(self.prefix, run_id), "interrupt", "EX", _M.KEY_TTL)
   end
   local dok, derr = self.saver:delete_thread(id)
-  if not dok then return fail(500, "cannot delete the thread's checkpoints: " .. tostring(derr)) end
+  if not dok then return fail(503, "cannot delete the thread's checkpoints: " .. tostring(derr)) end
   return true
 end
 
@@ -306,18 +308,24 @@ function B:thread_update_state(user, id, body)
   local busy, err = active(self.db, id)
   if busy == nil then return unavailable("the thread's runs could not be read", err) end
   if busy then return fail(409, "thread '" .. id .. "' is busy: a run is going") end
+  local q
+  q, st, msg = lgrequest.state_update(body or {})
+  if not q then return fail(st, msg) end
   local app, gid = app_of(self, rec)
   local out
-  out, st, msg = lgstate.update(app, gid, id, body)
+  out, st, msg = lgstate.update(app, gid, id, q)
   if not out then return fail(st, msg) end
   refresh(self, id, app)
   return out
 end
 
 function B:thread_history(user, id, body)
-  local rec, st, msg = mine(self, user, id)
+  local q, st, msg = lgrequest.history(body or {})
+  if not q then return fail(st, msg) end
+  local rec
+  rec, st, msg = mine(self, user, id)
   if not rec then return fail(st, msg) end
-  return lgstate.history(app_of(self, rec), id, body)
+  return lgstate.history(app_of(self, rec), id, q)
 end
 
 ---------------------------------------------------------------- runs
@@ -349,13 +357,12 @@ end
 thread_id nil: a stateless run (on a temporary thread, deleted when the
 run ends unless on_completion = "keep"). ]]
 function B:run_create(user, thread_id, body)
-  if type(body) ~= "table" then return fail(422, "the request body must be a JSON object") end
-  local s = lgassistants.script(self.reg, body.assistant_id)
-  if not s then return fail(404, "assistant '" .. tostring(body.assistant_id) .. "' not found") end
   local r, st, msg = lgrequest.run(body)
   if not r then return fail(st, msg) end
+  local s = lgassistants.script(self.reg, body.assistant_id)
+  if not s then return fail(404, "assistant '" .. tostring(body.assistant_id) .. "' not found") end
   local stateless = thread_id == nil
-  local temporary = stateless and body.on_completion ~= "keep"
+  local temporary = stateless and r.on_completion ~= "keep"
   if stateless then
     thread_id = embedded.uuid4()
     if not temporary then
@@ -363,7 +370,7 @@ function B:run_create(user, thread_id, body)
         metadata = { graph_id = s.name, assistant_id = s.name } })
       if not t then return fail(cst, cmsg) end
     end
-  elseif body.if_not_exists == "create" then
+  elseif r.if_not_exists == "create" then
     -- (a thread of another user stays theirs: 404 below)
     local t, cst, cmsg = self:thread_create(user, { thread_id = thread_id, if_exists = "do_nothing" })
     if not t and cst ~= 409 then return fail(cst, cmsg) end
@@ -446,16 +453,17 @@ function B:run(user, thread_id, run_id)
   return run_of(self, r)
 end
 
-function B:run_list(user, thread_id, q)
-  local rec, st, msg = mine(self, user, thread_id)
+-- run_list(user, thread_id, query) -> runs | nil, status, msg
+function B:run_list(user, thread_id, query)
+  local q, st, msg = lgrequest.run_list(query or {})
+  if not q then return fail(st, msg) end
+  local rec
+  rec, st, msg = mine(self, user, thread_id)
   if not rec then return fail(st, msg) end
-  q = q or {}
-  local offset = math_max(0, math_floor(tonumber(q.offset) or 0))
-  local limit = math_max(0, math_floor(tonumber(q.limit) or 10))
   local rows, err = self.db:query("SELECT " .. RUN_COLUMNS .. [[ FROM langgraph_runs
     WHERE thread_id = $1 AND ($2::text IS NULL OR status = $2)
     ORDER BY created_at DESC, run_id DESC LIMIT $3 OFFSET $4]],
-    { thread_id, isnull(q.status) and pg.null or tostring(q.status), limit, offset })
+    { thread_id, q.status or pg.null, q.limit, q.offset })
   if not rows then return unavailable("the runs could not be read", err) end
   local out = array()
   for i, r in ipairs(rows) do out[i] = embedded.run_json(run_of(self, r)) end
@@ -473,11 +481,14 @@ function B:run_cancel(user, thread_id, run_id, action, wait)
   local ok, err = self.redis:call("SET", lg.cancel_key(self.prefix, run.run_id), action, "EX", _M.KEY_TTL)
   if not ok then return unavailable("the run could not be cancelled", err) end
   -- a run no worker started yet ends here: the worker that gets it finds it stopped
-  local rows = self.db:query([[UPDATE langgraph_runs SET status = 'interrupted', updated_at = clock_timestamp()
-    WHERE run_id = $1 AND status = 'pending' RETURNING run_id]], { run.run_id })
+  local stopped = { error = action == "rollback" and "UserRollback" or "UserInterrupt",
+    message = "cancelled (" .. action .. ") before it started" }
+  local rows = self.db:query([[UPDATE langgraph_runs SET status = 'interrupted', error = $2::jsonb,
+    updated_at = clock_timestamp() WHERE run_id = $1 AND status = 'pending' RETURNING run_id]],
+    { run.run_id, json.encode(stopped) })
   if rows and rows[1] then
-    events.finish(self.redis, run.key, { { "done", { status = "interrupted", run_status = "interrupted",
-      job_id = run.run_id } } }, { ttl = _M.KEY_TTL })
+    events.finish(self.redis, run.key, { { "error", stopped }, { "done", { status = "interrupted",
+      run_status = "interrupted", job_id = run.run_id } } }, { ttl = _M.KEY_TTL })
     if not run.stateless then
       local rec = mine(self, user, run.thread_id)
       if rec then refresh(self, run.thread_id, (app_of(self, rec))) end
@@ -499,10 +510,14 @@ function B:run_delete(user, thread_id, run_id)
 end
 
 -- the output of a finished run: the thread's values (with __interrupt__
--- when it paused), or {__error__ = {error, message}}
+-- when it paused), or {__error__ = {error, message}} when it failed or was
+-- stopped (cancelled, or by a later run's multitask_strategy)
 function B:run_output(run)
   local r = run:wait()
   if r.status == "error" then return { __error__ = r.error or { error = "RunError", message = "the run failed" } } end
+  if r.status == "interrupted" then
+    return { __error__ = r.error or { error = "UserInterrupt", message = "the run was interrupted" } }
+  end
   return r.output or {}
 end
 

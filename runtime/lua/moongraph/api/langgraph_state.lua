@@ -6,8 +6,10 @@ distributed one the checkpoints the workers wrote).
 
   local lgstate = require "moongraph.api.langgraph_state"
   lgstate.get(app, thread_id [, checkpoint_id])  -> ThreadState | nil, status, msg
-  lgstate.update(app, graph_id, thread_id, body) -> {checkpoint} | nil, status, msg
-  lgstate.history(app, thread_id, body)          -> [ThreadState] | nil, status, msg
+  lgstate.update(app, graph_id, thread_id, q)    -> {checkpoint} | nil, status, msg
+  lgstate.history(app, thread_id, q)             -> [ThreadState] | nil, status, msg
+  (q: the request as moongraph.api.langgraph_request.state_update / history
+  checked it)
   lgstate.state_json(snap)   lgstate.empty_state(thread_id)   lgstate.checkpoint_json(cfg)
   lgstate.contains(have, want)   -- JSON containment, one level deep
 
@@ -19,13 +21,12 @@ local mg = require "moongraph"
 local json = require "moongraph.json"
 local lgrun = require "moongraph.langgraph_run"
 
-local type, pairs, ipairs, tostring, tonumber, pcall = type, pairs, ipairs, tostring, tonumber, pcall
+local type, pairs, ipairs, tostring, pcall = type, pairs, ipairs, tostring, pcall
 local null, array = json.null, json.array
 local interrupts_json = lgrun.interrupts_json
 
 local _M = {}
 
-local function isnull(v) return v == nil or v == null end
 
 -- does `have` contain every key/value of `want` (tables compared by their
 -- encoding)?
@@ -76,56 +77,41 @@ function _M.get(app, id, checkpoint_id)
     return _M.empty_state(nil)
   end
   local snap, err = app:get_state { thread_id = id, checkpoint_id = checkpoint_id }
-  if not snap then return nil, 500, err end
+  if not snap then return nil, 503, err end
   if checkpoint_id and (not snap.config or snap.config.checkpoint_id ~= checkpoint_id) then
     return nil, 404, "checkpoint '" .. tostring(checkpoint_id) .. "' not found"
   end
   return state_json(snap)
 end
 
-function _M.update(app, gid, id, body)
-  body = body or {}
+function _M.update(app, gid, id, q)
   if not app then
     return nil, 400, "thread '" .. id .. "' has no graph yet (run an assistant on it first, or create " ..
       "it with metadata.graph_id)"
   end
-  local values = body.values
-  if isnull(values) then values = nil
-  elseif type(values) ~= "table" then return nil, 422, "values must be an object"
-  elseif json.is_array(values) or values[1] ~= nil then
-    return nil, 422, "values must be an object (a list of updates is not supported)"
-  end
-  local cp_id = body.checkpoint_id
-  if isnull(cp_id) and type(body.checkpoint) == "table" then cp_id = body.checkpoint.checkpoint_id end
-  if isnull(cp_id) then cp_id = nil end
-  local as_node = body.as_node
-  if isnull(as_node) then as_node = nil
-  elseif as_node ~= mg.START and as_node ~= mg.END and not app.nodes[as_node] then
+  local as_node = q.as_node
+  if as_node ~= nil and as_node ~= mg.START and as_node ~= mg.END and not app.nodes[as_node] then
     return nil, 422, "as_node: graph '" .. tostring(gid) .. "' has no node '" .. tostring(as_node) .. "'"
   end
-  local ok, cfg, err = pcall(app.update_state, app, { thread_id = id, checkpoint_id = cp_id }, values, as_node)
-  if not ok then return nil, 422, tostring(cfg) end
+  local ok, cfg, err = pcall(app.update_state, app, { thread_id = id, checkpoint_id = q.checkpoint_id },
+    q.values, as_node)
+  -- (update_state raises on values the graph refuses: its message, without
+  -- the place in the code it came from)
+  if not ok then return nil, 422, (tostring(cfg):gsub("^[^:\n]+%.lua:%d+: ", "")) end
   if not cfg then
     if tostring(err):find("not found", 1, true) then return nil, 404, err end
-    return nil, 500, err
+    return nil, 503, err
   end
   return { checkpoint = checkpoint_json(cfg) }
 end
 
-function _M.history(app, id, body)
-  body = body or {}
+function _M.history(app, id, q)
   if not app then return array() end
-  local limit = tonumber(body.limit) or 10
-  local before = body.before
-  if type(before) == "table" then before = before.checkpoint_id end
-  if isnull(before) then before = nil end
-  local cfg = { thread_id = id }
-  if type(body.checkpoint) == "table" and not isnull(body.checkpoint.checkpoint_id) then
-    cfg.checkpoint_id = body.checkpoint.checkpoint_id
-  end
-  local filter = type(body.metadata) == "table" and body.metadata or nil
-  local list, err = app:get_state_history(cfg, { limit = filter and nil or limit, before = before })
-  if not list then return nil, 500, err end
+  local limit = q.limit or 10
+  local cfg = { thread_id = id, checkpoint_id = q.checkpoint_id }
+  local filter = q.metadata
+  local list, err = app:get_state_history(cfg, { limit = filter and nil or limit, before = q.before })
+  if not list then return nil, 503, err end
   local out = array()
   for _, snap in ipairs(list) do
     if #out >= limit then break end

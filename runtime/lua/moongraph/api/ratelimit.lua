@@ -4,6 +4,7 @@ moongraph.api.ratelimit — a token bucket per caller.
   local ratelimit = require "moongraph.api.ratelimit"
   local rl = ratelimit.new{ rate = 600, burst = 60 }   -- per minute; burst: bucket size
   local ok, retry_after = rl:take(key)   -- false, seconds to wait (a whole number >= 1)
+  local retry_after = rl:empty(key)      -- false while key has a request left (takes none)
 
 Each key's bucket holds up to `burst` requests and refills at `rate` per
 minute; a request takes one. rate = 0 turns the limit off. Buckets that
@@ -61,6 +62,16 @@ function RL:take(key)
     return true
   end
   return false, math.max(1, math_ceil((1 - b.tokens) / self.per_sec))
+end
+
+-- empty(key) -> false | retry_after: the key's bucket has no request left
+function RL:empty(key)
+  if self.per_sec == 0 then return false end
+  local b = self.buckets[key]
+  if not b then return false end
+  local tokens = math_min(self.burst, b.tokens + (self.clock() - b.t) * self.per_sec)
+  if tokens >= 1 then return false end
+  return math.max(1, math_ceil((1 - tokens) / self.per_sec))
 end
 
 return _M

@@ -1,7 +1,8 @@
 -- moongraph serve [--host H] [--port N] [--script [NAME=]PATH]... [--data DIR]
 --                 [--redis URL --pg URL [--prefix P] [--checkpoint KIND]]
 --                 [--heartbeat SEC] [--rate-limit N] [--rate-burst N]
---                 [--concurrency N] [--web DIR]
+--                 [--concurrency N] [--web DIR] [--watchdog SEC]
+--                 [--trusted-proxy ADDR[/BITS]]...
 --
 -- The front door: the Chat API (moongraph.api.chat), the LangGraph Agent
 -- API (moongraph.api.langgraph) and the web chat page (web/) at /. On the
@@ -15,7 +16,11 @@
 -- workers' saver (--checkpoint, as theirs); the process keeps no state.
 -- The default script is chat=scripts/eco/chat.lua. API keys come from
 -- MOONGRAPH_API_KEYS="key=user,..." (or MOONGRAPH_API_KEYS_FILE); without
--- keys it listens on loopback only. Prints "listening on URL" once it
+-- keys it listens on loopback only. A client address that fails to
+-- authenticate AUTH_FAILURES times gets 429 for a while (behind a proxy
+-- named by --trusted-proxy, the address it forwarded counts). A task that
+-- runs --watchdog seconds (default 5) without yielding is stopped
+-- (docs/runtime.md#the-watchdog). Prints "listening on URL" once it
 -- accepts connections (--port 0 picks a free port) and serves until SIGTERM
 -- or SIGINT (then drains). Exit status: 0 after a drain, 1 when it cannot
 -- start, 2 on bad usage.
@@ -27,20 +32,24 @@ local SPEC = {
   name = "serve",
   usage = "usage: moongraph serve [--host H] [--port N] [--script [NAME=]PATH]... [--data DIR]\n" ..
     "                       [--redis URL --pg URL [--prefix P] [--checkpoint KIND]]\n" ..
-    "                       [--heartbeat SEC] [--rate-limit N] [--rate-burst N] [--concurrency N] [--web DIR]",
+    "                       [--heartbeat SEC] [--rate-limit N] [--rate-burst N] [--concurrency N] [--web DIR]\n" ..
+    "                       [--watchdog SEC] [--trusted-proxy ADDR[/BITS]]...",
   help = "Serves the Chat API (/chat/...), the LangGraph Agent API and the web chat page (/)\n" ..
     "over the scripts given (default chat=scripts/eco/chat.lua): runs in-process, state\n" ..
     "under --data (default .moongraph). API keys: MOONGRAPH_API_KEYS=\n" ..
     "\"key=user,...\" (or MOONGRAPH_API_KEYS_FILE); without keys only loopback hosts are\n" ..
     "allowed. --rate-limit: requests per minute per key (default 600; 0: off), --rate-burst:\n" ..
-    "how many may come at once (default 60). --redis URL --pg URL: both APIs queue runs\n" ..
+    "how many may come at once (default 60). A client address with 10 failed authentications\n" ..
+    "gets 429 until they age out (10 a minute); --trusted-proxy ADDR[/BITS]: a proxy whose\n" ..
+    "X-Forwarded-For names the client. --watchdog SEC: a task that runs this long without\n" ..
+    "yielding is stopped (default 5; 0: never). --redis URL --pg URL: both APIs queue runs\n" ..
     "for `moongraph worker` processes (--prefix and --checkpoint as theirs; default cached)\n" ..
     "and keep conversations, threads and runs in PostgreSQL. See docs/api.md.",
   options = { host = "string", port = "integer", script = "list", data = "string",
               heartbeat = "number", ["rate-limit"] = "number",
               ["rate-burst"] = "integer", concurrency = "integer", web = "string",
               ["max-message"] = "integer", redis = "string", pg = "string", prefix = "string",
-              checkpoint = "string" },
+              checkpoint = "string", watchdog = "number", ["trusted-proxy"] = "list" },
 }
 
 local DEFAULT_SCRIPT = "chat=scripts/eco/chat.lua"
@@ -92,6 +101,16 @@ return {
     if o.rate_burst and o.rate_burst < 1 then return cliargs.usage_error(SPEC, "--rate-burst must be >= 1") end
     if o.concurrency and o.concurrency < 1 then return cliargs.usage_error(SPEC, "--concurrency must be >= 1") end
     if o.max_message and o.max_message < 1 then return cliargs.usage_error(SPEC, "--max-message must be >= 1 (bytes)") end
+    if o.watchdog and not (o.watchdog >= 0 and o.watchdog < 1e9) then
+      return cliargs.usage_error(SPEC, "--watchdog must be >= 0 seconds (0: never)")
+    end
+    local trusted
+    if o.trusted_proxy then
+      local perr
+      trusted, perr = require("moongraph.api.client_addr").parse_list(table.concat(o.trusted_proxy, ","))
+      if not trusted then return cliargs.usage_error(SPEC, "--trusted-proxy: " .. perr) end
+    end
+    local watchdog = o.watchdog or 5
 
     local auth = require "moongraph.api.auth"
     local keys, kerr = auth.from_env()
@@ -122,12 +141,15 @@ return {
     end
     if not backend then return fail(berr) end
 
-    local limiter = require("moongraph.api.ratelimit").new {
-      rate = o.rate_limit or 600, burst = o.rate_burst or 60,
-    }
-    local routes = require("moongraph.api.chat").routes(backend, {
-      keys = keys, heartbeat = o.heartbeat, limiter = limiter, max_message = o.max_message,
-    })
+    local ratelimit = require "moongraph.api.ratelimit"
+    local guard = require "moongraph.api.guard"
+    local limiter = ratelimit.new { rate = o.rate_limit or 600, burst = o.rate_burst or 60 }
+    -- failed authentications per client address, whatever --rate-limit says
+    local auth_limiter = ratelimit.new { rate = guard.AUTH_FAILURES_PER_MINUTE, burst = guard.AUTH_FAILURES }
+    -- (both APIs: one budget per key or address)
+    local access = { keys = keys, limiter = limiter, auth_limiter = auth_limiter, trusted_proxies = trusted,
+      heartbeat = o.heartbeat, max_message = o.max_message }
+    local routes = require("moongraph.api.chat").routes(backend, access)
 
     -- The LangGraph Agent API over the same scripts
     local langgraph = require "moongraph.api.langgraph"
@@ -141,19 +163,22 @@ return {
       lb, lgerr = require("moongraph.api.embedded").new { data = data, scripts = scripts }
     end
     if not lb then return fail("the LangGraph API: " .. tostring(lgerr)) end
-    for k, v in pairs(langgraph.routes(lb, { keys = keys, heartbeat = o.heartbeat, limiter = limiter })) do
+    for k, v in pairs(langgraph.routes(lb, access)) do
       if routes[k] == nil then routes[k] = v end
     end
 
     local server = require "moongraph.server"
     local srv, serr = server.listen {
       host = host, port = port, routes = routes, static = web_dir(o),
-      signals = { "TERM", "INT" },
+      signals = { "TERM", "INT" }, watchdog = watchdog,
       max_body = math.max(1024 * 1024, (o.max_message or 16384) * 2 + 4096),
     }
     if not srv then
       return fail("cannot listen on " .. host .. ":" .. tostring(port) .. ": " .. tostring(serr))
     end
+    -- every task of the process from here on (the backends' runs and jobs
+    -- too); start-up above may take its time
+    require("moongraph").watchdog(watchdog)
     io.stdout:write("listening on ", srv.url, "\n")
     io.stdout:flush()
     srv:wait()

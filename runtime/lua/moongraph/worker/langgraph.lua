@@ -38,6 +38,7 @@ local mg = require "moongraph"
 local json = require "moongraph.json"
 local pg = require "moongraph.pg"
 local lgrun = require "moongraph.langgraph_run"
+local public_error = require "moongraph.public_error"
 
 local type, tostring, tonumber, ipairs, pcall, error = type, tostring, tonumber, ipairs, pcall, error
 
@@ -163,12 +164,16 @@ function _M.rollback(saver, app, thread_id, from)
   return true
 end
 
---[[ outcome(app, j, status, message) -> { status, output, error, thread }:
-what the run ends with. status: success | error | interrupted. thread: the
-thread's fields (nil for a temporary thread). A successful run that
-paused pushes values/updates {__interrupt__} on em first (what LangGraph
-streams). ]]
-function _M.outcome(app, j, status, message, em)
+--[[ outcome(app, j, status, message [, em, kind]) -> { status, output,
+error, thread }: what the run ends with. status: success | error |
+interrupted. thread: the thread's fields (nil for a temporary thread). A
+successful run that paused pushes values/updates {__interrupt__} on em
+first (what LangGraph streams). An interrupted run (cancelled, or stopped
+by a later run's multitask_strategy) ends with an error too — kind
+"UserInterrupt" or "UserRollback", message saying who stopped it — so its
+stream and its wait do not look like a success; a pause at an interrupt()
+is a success. ]]
+function _M.outcome(app, j, status, message, em, kind)
   local o = { status = status }
   local ok, snap = pcall(app.get_state, app, { thread_id = j.thread_id })
   if ok and snap then
@@ -186,7 +191,11 @@ function _M.outcome(app, j, status, message, em)
     end
   end
   if status == "error" then
-    o.error = { error = "GraphError", message = message or "the run failed" }
+    -- the client learns which node failed; o.detail is for the worker's log
+    o.error = { error = "GraphError", message = public_error.message(message, "run " .. j.job_id) }
+    o.detail = message
+  elseif status == "interrupted" then
+    o.error = { error = kind or "UserInterrupt", message = message or "the run was interrupted" }
   end
   return o
 end
@@ -214,7 +223,7 @@ UPDATE langgraph_threads SET "values" = coalesce($2::jsonb, "values"), interrupt
        status = CASE WHEN EXISTS (SELECT 1 FROM langgraph_runs WHERE thread_id = $1 AND run_id <> $6
                                   AND status IN ('pending', 'running')) THEN 'busy' ELSE $4 END
  WHERE thread_id = $1 RETURNING thread_id]], { j.thread_id, enc(t.values) or pg.null, enc(t.interrupts) or "{}",
-      t.status, o.error and o.error.message or pg.null, j.job_id })
+      t.status, o.status == "error" and o.error and o.error.message or pg.null, j.job_id })
   elseif not j.run.temporary then
     -- (a run stopped before it started leaves the thread's state as it was)
     rows, err = tx:query([[

@@ -64,6 +64,7 @@ local results = require "moongraph.worker.results"
 local checkpointer = require "moongraph.worker.checkpointer"
 local lg = require "moongraph.worker.langgraph"
 local error_message = require("moongraph.text").error_message
+local public_error = require "moongraph.public_error"
 local to_utf8 = require("moongraph.text").to_utf8
 local loop = require("moongraph.core").loop
 
@@ -122,7 +123,11 @@ local function final_events(row, extra)
     data.answer, data.thread_id = row.answer or "", row.thread_id
     list[#list + 1] = { "answer", data }
   elseif row.error then
-    list[#list + 1] = { "error", { error = row.error, node = extra and extra.node or nil } }
+    -- of a failure the client learns which node failed, the error itself
+    -- is the worker's log's; a refusal or a preemption is the worker's own
+    -- words, which it says as they are
+    local said = row.status == "failed" and public_error.message(row.error, "job " .. row.job_id) or row.error
+    list[#list + 1] = { "error", { error = said, node = extra and extra.node or nil } }
   end
   list[#list + 1] = { "done", { status = row.status, job_id = row.job_id,
                                 duration_ms = extra and extra.duration_ms or nil } }
@@ -516,7 +521,8 @@ local function run_langgraph(W, entry, js, j, script, log, key, deadline, forced
       end)
     end
     if run_status then
-      o = lg.outcome(app, j, run_status, nil, nil)
+      o = lg.outcome(app, j, run_status, forced.error, nil,
+        forced.status == "rolled_back" and "UserRollback" or "UserInterrupt")
     else
       o = { status = "error", error = { error = "BusyError", message = forced.error } }
     end
@@ -534,7 +540,8 @@ local function run_langgraph(W, entry, js, j, script, log, key, deadline, forced
   local row = {
     job_id = j.job_id, thread_id = j.thread_id, user_id = j.user_id, worker = cfg.consumer,
     deliveries = entry.deliveries or 1, status = job_status,
-    error = o.error and o.error.message or (forced and forced.error) or nil, state = o.output or {},
+    error = o.detail or (o.error and o.error.message) or (forced and forced.error) or nil,
+    state = o.output or {},
   }
   local fence = js.lease and { thread_id = j.thread_id, token = js.lease.token } or nil
   local fenced, gone = false, false
@@ -610,7 +617,8 @@ function _M.run(W, entry, js)
     if j.run then
       local failed = existing.status ~= "done" and existing.status ~= "interrupted"
         and existing.status ~= "rolled_back"
-      list = lg.final_events({ error = failed and { error = "GraphError", message = existing.error } or nil },
+      list = lg.final_events({ error = failed and { error = "GraphError",
+        message = public_error.message(existing.error, "run " .. j.job_id) } or nil },
         j.job_id, existing.status)
     else
       list = final_events(existing)
