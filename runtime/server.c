@@ -500,14 +500,23 @@ static void set_request_id(conn *c, const mg_h1_request *q) {
       return;
     }
   }
-  static uint64_t prefix, counter;
-  if (!prefix) {
-    if (getrandom(&prefix, sizeof prefix, GRND_NONBLOCK) != (ssize_t)sizeof prefix)
-      prefix = uv_hrtime() ^ ((uint64_t)getpid() << 32);
-    prefix |= 1;
+  static char prefix[18];      /* 16 hex digits and '-' */
+  static uint64_t counter;
+  if (!prefix[0]) {
+    uint64_t r;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r)
+      r = uv_hrtime() ^ ((uint64_t)getpid() << 32);
+    snprintf(prefix, sizeof prefix, "%016llx-", (unsigned long long)r);
   }
-  snprintf(c->rid, sizeof c->rid, "%016llx-%llx", (unsigned long long)prefix,
-           (unsigned long long)++counter);
+  /* (made for every request: no printf) */
+  static const char hex[] = "0123456789abcdef";
+  char digits[16];
+  int nd = 0;
+  uint64_t v = ++counter;
+  do { digits[nd++] = hex[v & 15]; v >>= 4; } while (v);
+  memcpy(c->rid, prefix, 17);
+  for (int i = 0; i < nd; i++) c->rid[17 + i] = digits[nd - 1 - i];
+  c->rid[17 + nd] = '\0';
 }
 
 /* ---------------------------------------------------- response building */

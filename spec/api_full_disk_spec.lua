@@ -62,20 +62,21 @@ describe("serve on a full disk", function()
 
   local function events_log(job_id) return slurp(d:path("state/chat/events/" .. job_id .. ".log")) or "" end
 
-  -- a message accepted, its run held mid-answer at the gate, then the disk full
-  local function held_then_full()
+  -- a message accepted, its run held mid-answer at the gate, the disk
+  -- full, then the run let go: its outcome cannot be stored
+  local function outcome_unstorable()
     local j = s:post({ message = "paper?" }).json
     chatserve.wait_until(function() return count(events_log(j.job_id), "\ttoken\t") >= 5 end, 20, "five tokens")
     d:fill()
-    return j
-  end
-
-  it("stores and streams an accepted answer once space returns, not before", function()
-    local j = held_then_full()
     local before = #s:stderr()
     s:open_gate()
     chatserve.wait_until(function() return s:stderr():find("trying again", before, true) end, 20,
       "the server to find it cannot store the outcome")
+    return j
+  end
+
+  it("stores and streams an accepted answer once space returns, not before", function()
+    local j = outcome_unstorable()
     -- nothing says it is done while it is not stored
     assert.equal(0, count(events_log(j.job_id), "\tdone\t"))
     local conv = s:curl({ "/chat/conversations/" .. j.conversation_id }).json
@@ -122,11 +123,7 @@ describe("serve on a full disk", function()
   end)
 
   it("finishes after a crash an answer that could not be stored, exactly once", function()
-    local j = held_then_full()
-    local before = #s:stderr()
-    s:open_gate()
-    chatserve.wait_until(function() return s:stderr():find("trying again", before, true) end, 20,
-      "the server to find it cannot store the outcome")
+    local j = outcome_unstorable()
     s:stop("KILL")
     d:free()
     s = chatserve.start { prefix = d.prefix, data = d.dir .. "/state", args = GATE }

@@ -120,6 +120,26 @@ describe("hostile input, distributed backend (serve --redis --pg + a worker)", f
     findings(s)
   end)
 
+  it("answers 503 with the request id while Postgres is down: the detail is in the log, not the answer", function()
+    env.pg:stop("fast")
+    local ok, err = pcall(function()
+      local r = s:curl { "-X", "POST", "/threads", "-H", "Content-Type: application/json", "-d", "{}" }
+      assert.equal(503, r.status)
+      assert.same({ detail = "the service is unavailable: retry later", request_id = r.headers["x-request-id"] },
+        r.json)
+      assert.is_truthy(s:stderr():find("[" .. r.json.request_id .. "] POST /threads: 503: the thread could not be stored: ",
+        1, true))
+    end)
+    env.pg:start()
+    assert(ok, err)
+    mg.run(function()
+      wenv.eventually("serve to reach Postgres again", 30, function()
+        local r = http.request { method = "POST", url = s.url .. "/threads", json = {}, timeout = 5 }
+        return r and r.status == 200
+      end)
+    end)
+  end)
+
   it("answers every hostile request below 500 within 2 s, /ok within 0.5 s throughout", function()
     local report = sweep(s)
     assert.is_true(#report.requests >= 500, #report.requests .. " requests")

@@ -137,31 +137,32 @@ describe("the watchdog in a server", function()
     assert(ok, err)
   end)
 
-  it("drains on SIGTERM while a handler without a watchdog spins", function()
+  -- SIGTERM to a server (no watchdog) whose loop a request to `path`
+  -- holds -> exit code, seconds it took, stderr
+  local function term_while_held(path)
     local s = sp.start { watchdog = false }
-    local c = hold(s, "/spin")
+    local c = hold(s, path)
     local t0 = socket.gettime()
     s:signal("TERM")
     local code = s:wait_exit()
     local took = socket.gettime() - t0
     c:close()
+    local err = s:stderr()
+    s:stop()
+    return code, took, err
+  end
+
+  it("drains on SIGTERM while a handler without a watchdog spins", function()
+    local code, took, err = term_while_held("/spin")
     assert.equal(0, code)
     assert.is_true(took < 5, "exit took " .. took .. " s")
-    assert.matches("watchdog: the task was stopped at SIGTERM", s:stderr())
-    s:stop()
+    assert.matches("watchdog: the task was stopped at SIGTERM", err)
   end)
 
   it("ends by SIGTERM a process held by one long C call that no hook can stop", function()
-    local s = sp.start { watchdog = false }
-    local c = hold(s, "/spin-c")
-    local t0 = socket.gettime()
-    s:signal("TERM")
-    local code = s:wait_exit()
-    local took = socket.gettime() - t0
-    c:close()
+    local code, took, err = term_while_held("/spin-c")
     assert.equal(-15, code)   -- killed by the signal's default action
     assert.is_true(took < 8, "exit took " .. took .. " s")
-    assert.matches("SIGTERM: a task has held the loop [%d.]+ s and cannot be stopped", s:stderr())
-    s:stop()
+    assert.matches("SIGTERM: a task has held the loop [%d.]+ s and cannot be stopped", err)
   end)
 end)
