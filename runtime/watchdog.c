@@ -5,12 +5,12 @@
 ** One thread runs every task; while a task runs, nothing else does, not
 ** even the loop's signal watcher. The scheduler brackets each resume with
 ** mg_watchdog_enter / mg_watchdog_leave (a counter and a few stores, no
-** clock). A helper thread, started on first use, looks at the counter
-** every TICK_MS. When one resume of a watched task has lasted its limit,
-** it signals the loop thread (SIGWATCH), whose handler sets a count hook
-** on the running coroutine: lua_sethook is the call Lua allows a signal
-** handler (lua.c stops a script on Ctrl-C the same way). On the task's next
-** Lua instruction the hook
+** clock). A POSIX timer aimed at the loop thread ticks every TICK_MS
+** (SIGWATCH) while there is something to watch; the tick's handler looks
+** at the counter. When one resume of a watched task has lasted its limit,
+** the handler sets a count hook on the running coroutine: lua_sethook is
+** the call Lua allows a signal handler (lua.c stops a script on Ctrl-C the
+** same way). On the task's next Lua instruction the hook
 **
 **   the first time   raises "watchdog: ..." in the task, an error its
 **                    caller handles like any other (a server handler
@@ -20,6 +20,12 @@
 **   GRACE_MS after   that message (mg_watchdog_leave tells it so), closing
 **                    its to-be-closed variables.
 **
+** A timer and not a helper thread: a second thread would make glibc take
+** its multi-threaded paths (locked malloc, cancellable syscalls) for the
+** whole process, about 5% of a small request's cost. The timer stops
+** after IDLE_TICKS ticks without a resume and starts again with the next
+** watched one, so an idle process is not woken.
+**
 ** A hook does not fire inside a C function, so a task stuck in one long C
 ** call (a pathological string.find, say) is not stopped; nor is a spin
 ** inside a coroutine the task resumed itself (hooks belong to one
@@ -27,29 +33,36 @@
 **
 ** Signals. signal.c calls mg_watchdog_signal(signum) when it starts
 ** watching SIGTERM or SIGINT: a handler of ours goes in front of libuv's,
-** notes the signal and passes it on, and mg_watchdog_signal_seen() clears
-** the note once the loop has handled it. While a signal waits because one
-** resume holds the loop, that task is stopped STUCK_MS after the signal
-** (the second stage above, whatever its limit); if the loop is still held
-** EXIT_MS after that (a long C call), the signal's default action is
-** restored and the signal sent again: the process ends.
+** notes the signal, starts the timer and passes the signal on;
+** mg_watchdog_signal_seen() clears the note once the loop has handled it.
+** While a signal waits because one resume holds the loop, that task is
+** stopped STUCK_MS after the signal (the second stage above, whatever its
+** limit); if the loop is still held EXIT_MS after that (a long C call),
+** the signal's default action is restored and the signal sent again: the
+** process ends.
 **
-** The helper is joined and the handlers put back when the library is
+** The timer is deleted and the handlers put back when the library is
 ** unloaded (or the process exits): their code goes with it.
 */
 #define _GNU_SOURCE
 #include "mg.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
+/* glibc before 2.35 spells the SIGEV_THREAD_ID target its own way */
+#ifndef sigev_notify_thread_id
+#define sigev_notify_thread_id _sigev_un._tid
+#endif
+
 #define TICK_MS 20
+#define IDLE_TICKS 50
 #define GRACE_MS 1000
 #define STUCK_MS 1000
 #define EXIT_MS 2000
@@ -57,28 +70,28 @@
 
 enum { STAGE_RAISE = 1, STAGE_STOP = 2 };
 
+/* Everything runs on the loop thread: the scheduler, the tick's handler
+** and the stop-signal handler (which block each other). What a handler
+** reads the scheduler writes with atomics and signal fences. */
 static struct {
-  /* written by the loop thread, read by the helper and the handler */
+  /* the scheduler's */
   _Atomic uint64_t seq;          /* odd while a task runs */
   _Atomic uint64_t limit_ns;     /* the running task's limit; 0: none */
   lua_State *volatile co;        /* the running coroutine */
-  /* written by the helper before it signals */
-  _Atomic uint64_t fire_seq;     /* the resume to stop */
-  _Atomic int fire_stage;
-  _Atomic uint64_t fire_held_ns; /* how long that resume had run */
-  _Atomic int fire_signal;       /* the stop comes from this signal (0: the limit) */
-  /* the loop thread's own (the handler runs on it) */
   uint64_t seq_local;
+  int stopped;                   /* the last resume was yielded out */
+  /* the tick handler's, for the hook it sets */
   volatile sig_atomic_t stage;   /* what the armed hook does */
   volatile uint64_t hooked_seq;  /* the resume the hook was set for */
-  int stopped;                   /* the last resume was yielded out */
+  volatile uint64_t held_ns;     /* how long that resume had run */
+  volatile int stop_signal;      /* the stop comes from this signal (0: the limit) */
   char message[200];
   /* signals */
   _Atomic int signum;            /* a TERM/INT the loop has not handled yet */
   struct sigaction prev_term, prev_int;
   int started, term_chained, int_chained;
-  _Atomic int quit;              /* the helper ends (the library goes) */
-  pthread_t loop_thread, helper;
+  volatile sig_atomic_t ticking; /* the timer is armed */
+  timer_t timer;
 } W;
 
 static uint64_t mono_ns(void) {
@@ -87,14 +100,26 @@ static uint64_t mono_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* timer_settime is async-signal-safe: the handlers call these too */
+static void set_ticking(int on) {
+  struct itimerspec its;
+  memset(&its, 0, sizeof its);
+  if (on) {
+    its.it_interval.tv_nsec = TICK_MS * 1000000L;
+    its.it_value.tv_nsec = TICK_MS * 1000000L;
+  }
+  W.ticking = on;
+  timer_settime(W.timer, 0, &its, NULL);
+}
+
 /* ---------------------------------------------------------------- hook */
 
 static void watch_hook(lua_State *L, lua_Debug *ar) {
   lua_sethook(L, NULL, 0, 0);
   if (W.hooked_seq != W.seq_local) return;    /* armed for an earlier resume */
-  double held = (double)atomic_load(&W.fire_held_ns) / 1e9;
+  double held = (double)W.held_ns / 1e9;
   double limit = (double)atomic_load(&W.limit_ns) / 1e9;
-  int sig = atomic_load(&W.fire_signal);
+  int sig = W.stop_signal;
   if (sig)
     snprintf(W.message, sizeof W.message,
              "watchdog: the task was stopped at %s: it had held the loop %.1f s without yielding",
@@ -116,64 +141,70 @@ static void watch_hook(lua_State *L, lua_Debug *ar) {
   lua_error(L);
 }
 
-static void on_watch_signal(int sig) {
-  (void)sig;
-  int e = errno;
-  uint64_t s = atomic_load(&W.seq);
-  lua_State *co = W.co;
-  if ((s & 1) && s == atomic_load(&W.fire_seq) && co) {
-    W.stage = atomic_load(&W.fire_stage);
-    W.hooked_seq = s;
-    lua_sethook(co, watch_hook, LUA_MASKCOUNT, 1);
-  }
-  errno = e;
-}
-
-/* -------------------------------------------------------------- helper */
+/* --------------------------------------------------------------- ticks */
 
 static void fire(uint64_t seq, int stage, uint64_t held, int sig) {
-  atomic_store(&W.fire_stage, stage);
-  atomic_store(&W.fire_held_ns, held);
-  atomic_store(&W.fire_signal, sig);
-  atomic_store(&W.fire_seq, seq);
-  pthread_kill(W.loop_thread, SIGWATCH);
+  lua_State *co = W.co;
+  if (!co) return;
+  W.stage = stage;
+  W.held_ns = held;
+  W.stop_signal = sig;
+  W.hooked_seq = seq;
+  lua_sethook(co, watch_hook, LUA_MASKCOUNT, 1);
+}
+
+/* "1234.5" into p (no printf in a handler); returns the length */
+static int tenths(char *p, uint64_t ns) {
+  uint64_t t = ns / 100000000u;
+  char d[24];
+  int n = 0, len = 0;
+  d[n++] = (char)('0' + t % 10);
+  d[n++] = '.';
+  t /= 10;
+  do { d[n++] = (char)('0' + t % 10); t /= 10; } while (t);
+  while (n) p[len++] = d[--n];
+  return len;
 }
 
 static void give_up(int sig, uint64_t held) {
   char line[200];
-  int n = snprintf(line, sizeof line,
-                   "moongraph: %s: a task has held the loop %.1f s and cannot be stopped "
-                   "(a long C call); exiting\n",
-                   sig == SIGTERM ? "SIGTERM" : "SIGINT", (double)held / 1e9);
-  if (n > 0) {
-    ssize_t w = write(2, line, (size_t)n);
-    (void)w;
-  }
+  size_t n = 0;
+  const char *a = sig == SIGTERM ? "moongraph: SIGTERM: a task has held the loop "
+                                 : "moongraph: SIGINT: a task has held the loop ";
+  const char *b = " s and cannot be stopped (a long C call); exiting\n";
+  memcpy(line, a, strlen(a));
+  n = strlen(a);
+  n += (size_t)tenths(line + n, held);
+  memcpy(line + n, b, strlen(b));
+  n += strlen(b);
+  ssize_t w = write(2, line, n);
+  (void)w;
   signal(sig, SIG_DFL);
   kill(getpid(), sig);
 }
 
-static void *helper_main(void *arg) {
-  (void)arg;
-  uint64_t seen = 0, since = 0, sig_at = 0;
-  int fired = 0, sig_fired = 0;
-  struct timespec tick = {0, TICK_MS * 1000000L};
-  while (!atomic_load(&W.quit)) {
-    nanosleep(&tick, NULL);
-    uint64_t now = mono_ns();
-    uint64_t s = atomic_load(&W.seq);
-    uint64_t limit = atomic_load(&W.limit_ns);
-    if (atomic_load(&W.seq) != s) continue;   /* a limit of another resume */
-    if (s != seen) {
-      seen = s;
-      since = now;
-      fired = sig_fired = 0;
-    }
-    int sig = atomic_load(&W.signum);
-    if (!sig) sig_at = 0;
-    else if (!sig_at) sig_at = now;
-    if (!(s & 1)) continue;
+/* One tick, on the loop thread: has the resume running now (if any) held
+** the loop too long, or past a stop signal? */
+static void on_tick(int signo) {
+  (void)signo;
+  static uint64_t seen, since, sig_at;
+  static int fired, sig_fired, idle;
+  int e = errno;
+  uint64_t now = mono_ns();
+  uint64_t s = atomic_load_explicit(&W.seq, memory_order_relaxed);
+  int sig = atomic_load(&W.signum);
+  if (s != seen) {
+    seen = s;
+    since = now;
+    fired = sig_fired = idle = 0;
+  } else if (!(s & 1) && !sig && ++idle >= IDLE_TICKS) {
+    set_ticking(0);                 /* nothing ran for a while: sleep */
+  }
+  if (!sig) sig_at = 0;
+  else if (!sig_at) sig_at = now;
+  if (s & 1) {
     uint64_t held = now - since;
+    uint64_t limit = atomic_load_explicit(&W.limit_ns, memory_order_relaxed);
     if (limit && held >= limit + (uint64_t)fired * GRACE_MS * 1000000u) {
       fire(s, fired ? STAGE_STOP : STAGE_RAISE, held, 0);
       fired++;
@@ -189,39 +220,47 @@ static void *helper_main(void *arg) {
       }
     }
   }
-  return NULL;
+  errno = e;
 }
 
 static void start(void) {
   if (W.started) return;
-  W.started = 1;
-  W.loop_thread = pthread_self();
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_watch_signal;
+  sa.sa_handler = on_tick;
   sa.sa_flags = SA_RESTART;
   sigemptyset(&sa.sa_mask);
+  sigaddset(&sa.sa_mask, SIGTERM);   /* on_stop_signal waits for a tick */
+  sigaddset(&sa.sa_mask, SIGINT);
   sigaction(SIGWATCH, &sa, NULL);
-  /* the helper takes no signal: process signals go to the loop thread */
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  if (pthread_create(&W.helper, NULL, helper_main, NULL) != 0) W.started = 0;
-  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  struct sigevent ev;
+  memset(&ev, 0, sizeof ev);
+  ev.sigev_notify = SIGEV_THREAD_ID;
+  ev.sigev_signo = SIGWATCH;
+  ev.sigev_notify_thread_id = (pid_t)syscall(SYS_gettid);
+  if (timer_create(CLOCK_MONOTONIC, &ev, &W.timer) != 0) return;
+  W.started = 1;
 }
 
 /* ----------------------------------------------------------- interface */
 
 void mg_watchdog_enter(lua_State *co, uint64_t limit_ns) {
-  if (limit_ns && !W.started) start();
   W.co = co;
   W.stopped = 0;
   atomic_store_explicit(&W.limit_ns, limit_ns, memory_order_relaxed);
-  atomic_store_explicit(&W.seq, ++W.seq_local, memory_order_release);
+  atomic_store_explicit(&W.seq, ++W.seq_local, memory_order_relaxed);
+  /* a tick from here on sees this resume, so one that stopped the timer
+  ** ran before: it is started again below */
+  atomic_signal_fence(memory_order_seq_cst);
+  if (limit_ns && !W.ticking) {
+    start();
+    if (W.started) set_ticking(1);
+  }
 }
 
 int mg_watchdog_leave(lua_State *co) {
-  atomic_store_explicit(&W.seq, ++W.seq_local, memory_order_release);
+  atomic_signal_fence(memory_order_seq_cst);
+  atomic_store_explicit(&W.seq, ++W.seq_local, memory_order_relaxed);
   atomic_signal_fence(memory_order_seq_cst);
   W.co = NULL;
   /* a hook armed for this resume that had no time to fire */
@@ -237,6 +276,7 @@ const char *mg_watchdog_message(void) {
 static void on_stop_signal(int sig, siginfo_t *si, void *uc) {
   int e = errno;
   atomic_store(&W.signum, sig);
+  if (W.started && !W.ticking) set_ticking(1);
   struct sigaction *p = sig == SIGTERM ? &W.prev_term : &W.prev_int;
   if (p->sa_flags & SA_SIGINFO) {
     if (p->sa_sigaction) p->sa_sigaction(sig, si, uc);
@@ -251,6 +291,7 @@ void mg_watchdog_signal(int signum) {
   struct sigaction *prev = signum == SIGTERM ? &W.prev_term : &W.prev_int;
   struct sigaction sa, cur;
   if (sigaction(signum, NULL, &cur) != 0 || cur.sa_sigaction == on_stop_signal) return;
+  start();
   memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = on_stop_signal;
   sa.sa_flags = SA_SIGINFO | SA_RESTART;
@@ -259,23 +300,21 @@ void mg_watchdog_signal(int signum) {
   sigaction(signum, &sa, NULL);
   if (signum == SIGTERM) W.term_chained = 1;
   else W.int_chained = 1;
-  start();
-}
-
-/* The helper's code and the handlers live in this library: when it is
-** unloaded (lua_close in a plain lua5.4 that required moongraph.core),
-** they must be gone first. Also runs at exit. */
-__attribute__((destructor)) static void watchdog_unload(void) {
-  if (W.term_chained) sigaction(SIGTERM, &W.prev_term, NULL);
-  if (W.int_chained) sigaction(SIGINT, &W.prev_int, NULL);
-  if (!W.started) return;
-  signal(SIGWATCH, SIG_IGN);
-  atomic_store(&W.quit, 1);
-  pthread_join(W.helper, NULL);
-  W.started = 0;
 }
 
 void mg_watchdog_signal_seen(int signum) {
   int expected = signum;
   atomic_compare_exchange_strong(&W.signum, &expected, 0);
+}
+
+/* The handlers live in this library: when it is unloaded (lua_close in a
+** plain lua5.4 that required moongraph.core), they and the timer must be
+** gone first. Also runs at exit. */
+__attribute__((destructor)) static void watchdog_unload(void) {
+  if (W.term_chained) sigaction(SIGTERM, &W.prev_term, NULL);
+  if (W.int_chained) sigaction(SIGINT, &W.prev_int, NULL);
+  if (!W.started) return;
+  signal(SIGWATCH, SIG_IGN);
+  timer_delete(W.timer);
+  W.started = W.ticking = 0;
 }
