@@ -55,6 +55,7 @@ int luaopen_moongraph_core(lua_State *L) {
     {"codepoints", mg_open_codepoints},
     {"sentences", mg_open_sentences},
     {"server", mg_open_server},
+    {"errors", mg_open_errors},
   };
   lua_newtable(L);
   for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {

@@ -540,17 +540,20 @@ static xfer *xfer_start(lua_State *L, int streaming) {
 
 /* ---- results ---- */
 
-/* Push the error message for a failed transfer. */
-static void push_error(lua_State *L, xfer *x) {
+/* Push the error message for a failed transfer; push_error makes it an
+** error value with its code. */
+static const char *push_message(lua_State *L, xfer *x, int *retryable) {
   CURLcode rc = x->result;
   const char *eb = x->errbuf[0] ? x->errbuf : curl_easy_strerror(rc);
-  if (x->cancelled) { lua_pushliteral(L, "cancelled"); return; }
+  *retryable = 1;
+  if (x->cancelled) { lua_pushliteral(L, "cancelled"); return NULL; }
   if (x->too_big || rc == CURLE_FILESIZE_EXCEEDED) {
     lua_pushfstring(L, "body exceeds max_body (%I bytes) from %s",
                     (lua_Integer)x->max_body, xfer_host(x));
-    return;
+    *retryable = 0;
+    return "too_large";
   }
-  if (x->oom) { lua_pushliteral(L, "out of memory reading the response"); return; }
+  if (x->oom) { lua_pushliteral(L, "out of memory reading the response"); return "unavailable"; }
   switch (rc) {
     case CURLE_OPERATION_TIMEDOUT: {
       const char *why = x->by_deadline ? ", at the caller's deadline" : "";
@@ -558,7 +561,7 @@ static void push_error(lua_State *L, xfer *x) {
         lua_pushfstring(L, "timeout connecting to %s%s", xfer_host(x), why);
       else
         lua_pushfstring(L, "timeout (%s%s)", xfer_host(x), why);
-      return;
+      return "timeout";
     }
     case CURLE_COULDNT_CONNECT: {
       long oserr = 0;
@@ -567,17 +570,20 @@ static void push_error(lua_State *L, xfer *x) {
         lua_pushfstring(L, "connection refused to %s", xfer_host(x));
       else
         lua_pushfstring(L, "could not connect to %s: %s", xfer_host(x), eb);
-      return;
+      return "unavailable";
     }
     case CURLE_COULDNT_RESOLVE_HOST:
       lua_pushfstring(L, "could not resolve host %s", xfer_host(x));
-      return;
+      *retryable = 0;            /* a name that does not resolve is rarely a blip */
+      return "unavailable";
     case CURLE_PEER_FAILED_VERIFICATION:
       lua_pushfstring(L, "TLS certificate verification failed for %s: %s", xfer_host(x), eb);
-      return;
+      *retryable = 0;
+      return "tls";
     case CURLE_SSL_CACERT_BADFILE:
       lua_pushfstring(L, "TLS: cannot use ca_file: %s", eb);
-      return;
+      *retryable = 0;
+      return "tls";
     case CURLE_SSL_CONNECT_ERROR:
     case CURLE_SSL_CERTPROBLEM:
     case CURLE_SSL_CIPHER:
@@ -586,26 +592,39 @@ static void push_error(lua_State *L, xfer *x) {
     case CURLE_SSL_INVALIDCERTSTATUS:
     case CURLE_USE_SSL_FAILED:
       lua_pushfstring(L, "TLS error with %s: %s", xfer_host(x), eb);
-      return;
+      *retryable = 0;
+      return "tls";
     case CURLE_TOO_MANY_REDIRECTS:
       lua_pushfstring(L, "too many redirects from %s", xfer_host(x));
-      return;
+      *retryable = 0;
+      return "protocol";
     case CURLE_GOT_NOTHING:
       lua_pushfstring(L, "empty reply from %s", xfer_host(x));
-      return;
+      return "unavailable";
     case CURLE_PARTIAL_FILE:
       lua_pushfstring(L, "truncated response from %s: %s", xfer_host(x), eb);
-      return;
+      return "unavailable";
     case CURLE_RECV_ERROR:
     case CURLE_SEND_ERROR:
       if (strstr(eb, "reset by peer"))
         lua_pushfstring(L, "connection reset by %s", xfer_host(x));
       else
         lua_pushfstring(L, "network error with %s: %s", xfer_host(x), eb);
-      return;
+      return "unavailable";
     default:
       lua_pushfstring(L, "http error with %s: %s", xfer_host(x), eb);
+      *retryable = 0;
+      return "failed";
   }
+}
+
+static void push_error(lua_State *L, xfer *x) {
+  int retryable;
+  const char *code = push_message(L, x, &retryable);
+  if (!code) return;                /* "cancelled" stays a word */
+  mg_error_new(L, code, retryable);
+  lua_pushstring(L, xfer_host(x));
+  mg_error_detail(L, "host");
 }
 
 static long xfer_status(xfer *x) {

@@ -92,6 +92,15 @@ int mg_open_sentences(lua_State *L);
 int mg_open_signal(lua_State *L);
 int mg_open_process(lua_State *L);
 int mg_open_server(lua_State *L);
+int mg_open_errors(lua_State *L);
+
+/* Errors as values (errors.c): mg_error_new replaces the message on top of
+** the stack with an error { code, message, retryable }; mg_error_detail
+** pops a value into err.details[key] (the error just below it);
+** mg_push_error pushes nil and a new error (return its 2). */
+void mg_error_new(lua_State *L, const char *code, int retryable);
+void mg_error_detail(lua_State *L, const char *key);
+int mg_push_error(lua_State *L, const char *code, int retryable, const char *message);
 
 /* Create the metatable `name` (once): __index is a table of `methods`, and
 ** each non-NULL function becomes __gc, __close or __tostring. Leaves the

@@ -124,6 +124,8 @@ struct pgop {
   uv_timer_t *timer;        /* connect timeout, or the caller's deadline */
   double timeout;
   char err[ERRLEN];
+  const char *code;         /* err's code (errors.c) */
+  int retryable;
 };
 
 /* ---------------------------------------------------------------- helpers */
@@ -142,9 +144,16 @@ static void trim_message(char *s) {
   while (n > 0 && s[n - 1] == ' ') s[--n] = '\0';
 }
 
-static void op_fail(pgop *op, const char *prefix, const char *msg) {
+/* codes of the failures the client itself sees (errors.c) */
+#define UNAVAILABLE "unavailable", 1
+#define TIMEOUT "timeout", 1
+
+static void op_fail(pgop *op, const char *code, int retryable, const char *prefix,
+                    const char *msg) {
   if (op->failed) return;
   op->failed = 1;
+  op->code = code;
+  op->retryable = retryable;
   snprintf(op->err, ERRLEN, "%s%s", prefix, msg && msg[0] ? msg : "unknown error");
   trim_message(op->err);
 }
@@ -268,9 +277,7 @@ static int fail_closed(lua_State *L, pgconn *pc, const char *what) {
   snprintf(msg, sizeof msg, "pg: %s: %s", what, PQerrorMessage(pc->conn));
   trim_message(msg);
   conn_close(pc, msg);
-  lua_pushnil(L);
-  lua_pushstring(L, msg);
-  return 2;
+  return mg_push_error(L, UNAVAILABLE, msg);
 }
 
 /* ---------------------------------------------------------------- cancel requests */
@@ -329,7 +336,7 @@ static void drive_connect(pgconn *pc) {
     default:
       break;
   }
-  op_fail(op, "pg: cannot connect: ", PQerrorMessage(pc->conn));
+  op_fail(op, UNAVAILABLE, "pg: cannot connect: ", PQerrorMessage(pc->conn));
   conn_close(pc, op->err);
   finish(pc);
 }
@@ -369,7 +376,7 @@ static void drive_query(pgconn *pc, int events) {
       }
       if (st == PGRES_COPY_IN || st == PGRES_COPY_OUT) {
         PQclear(r);
-        op_fail(op, "pg: ", "COPY is not supported by moongraph.pg");
+        op_fail(op, "invalid", 0, "pg: ", "COPY is not supported by moongraph.pg");
         conn_close(pc, op->err);
         finish(pc);
         return;
@@ -397,7 +404,7 @@ static void drive_query(pgconn *pc, int events) {
         PQclear(r);
         while ((n = PQgetCopyData(conn, &buf, 1)) > 0) PQfreemem(buf);
         if (n == 0) goto wait;              /* more COPY data to come */
-        op_fail(op, "pg: ", "COPY TO STDOUT is not supported by moongraph.pg");
+        op_fail(op, "invalid", 0, "pg: ", "COPY TO STDOUT is not supported by moongraph.pg");
         continue;
       }
       default:
@@ -408,7 +415,7 @@ static void drive_query(pgconn *pc, int events) {
 wait:
   if (watch(pc, op->flushing ? UV_READABLE | UV_WRITABLE : UV_READABLE) == 0) return;
 broken:
-  op_fail(op, "pg: connection lost: ", PQerrorMessage(conn));
+  op_fail(op, UNAVAILABLE, "pg: connection lost: ", PQerrorMessage(conn));
   conn_close(pc, op->err);
   finish(pc);
 }
@@ -461,10 +468,10 @@ static void op_timed_out(uv_timer_t *t) {
   char msg[96];
   if (op->kind == OP_CONNECT) {
     snprintf(msg, sizeof msg, "timeout after %gs", op->timeout);
-    op_fail(op, "pg: cannot connect: ", msg);
+    op_fail(op, TIMEOUT, "pg: cannot connect: ", msg);
   } else {
     snprintf(msg, sizeof msg, "timeout after %gs, at the caller's deadline", op->timeout);
-    op_fail(op, "pg: ", msg);
+    op_fail(op, TIMEOUT, "pg: ", msg);
     if (pc->conn) send_cancel(pc);
   }
   conn_close(pc, op->kind == OP_CONNECT ? op->err
@@ -485,8 +492,7 @@ static int connect_done(lua_State *L, int status, lua_KContext ctx) {
   pgop *op = (pgop *)ctx;
   (void)status;
   if (op->failed) {
-    lua_pushnil(L);
-    lua_pushstring(L, op->err);
+    mg_push_error(L, op->code, op->retryable, op->err);
     op_free(op);
     return 2;
   }
@@ -514,9 +520,8 @@ static int l_connect(lua_State *L) {
   mg_check_yieldable(L, "pg.connect");
   const char *why = mg_pq_load();
   if (why) {
-    lua_pushnil(L);
     lua_pushfstring(L, "pg: %s", why);
-    return 2;
+    return mg_push_error(L, "unavailable", 0, lua_tostring(L, -1));
   }
   pgconn *pc = lua_newuserdatauv(L, sizeof *pc, 0);
   memset(pc, 0, sizeof *pc);
@@ -526,8 +531,7 @@ static int l_connect(lua_State *L) {
   lua_settop(L, 1);
   pc->conn = PQconnectStart(info);
   if (!pc->conn) {
-    lua_pushnil(L);
-    lua_pushstring(L, "pg: out of memory");
+    mg_push_error(L, "unavailable", 1, "pg: out of memory");
     return 2;
   }
   PQsetNoticeProcessor(pc->conn, discard_notice, NULL);
@@ -542,11 +546,10 @@ static int l_connect(lua_State *L) {
   if (timeout > 0) op_start_timer(op, timeout);
   /* as if PQconnectPoll had asked to write */
   if (watch(pc, UV_WRITABLE) != 0) {
-    op_fail(op, "pg: cannot connect: ", "cannot watch the socket");
+    op_fail(op, UNAVAILABLE, "pg: cannot connect: ", "cannot watch the socket");
     conn_close(pc, op->err);
     pc->op = NULL;
-    lua_pushnil(L);
-    lua_pushstring(L, op->err);
+    mg_push_error(L, op->code, op->retryable, op->err);
     op_free(op);
     return 2;
   }
@@ -792,6 +795,19 @@ static void push_rows_count(lua_State *L, PGresult *r) {
   else lua_pushinteger(L, PQntuples(r));
 }
 
+/* Whether waiting can heal a server error: a lost or refused connection
+** (class 08), a serialization failure or deadlock (40001, 40P01), the
+** server short of resources (53), shutting down or starting (57P01-57P03),
+** a lock not free (55P03), a standby asked to write (25006). */
+static int retryable_state(const char *s) {
+  static const char *const codes[] = {"40001", "40P01", "57P01", "57P02", "57P03",
+                                      "55P03", "25006"};
+  if (strncmp(s, "08", 2) == 0 || strncmp(s, "53", 2) == 0) return 1;
+  for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
+    if (strcmp(s, codes[i]) == 0) return 1;
+  return 0;
+}
+
 static int push_error(lua_State *L, PGresult *r) {
   const char *primary = PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY);
   const char *severity = PQresultErrorField(r, PG_DIAG_SEVERITY);
@@ -809,6 +825,17 @@ static int push_error(lua_State *L, PGresult *r) {
     trim_message(msg);
     lua_pushstring(L, msg);
   }
+  char code[16];
+  snprintf(code, sizeof code, "pg:%s", state ? state : "XX000");
+  mg_error_new(L, code, state && retryable_state(state));
+  if (state) {
+    lua_pushstring(L, state);
+    mg_error_detail(L, "sqlstate");
+  }
+  if (detail) {
+    lua_pushstring(L, detail);
+    mg_error_detail(L, "detail");
+  }
   if (state) lua_pushstring(L, state);
   else lua_pushnil(L);
   return 3;
@@ -819,13 +846,9 @@ static int query_done(lua_State *L, int status, lua_KContext ctx) {
   (void)status;
   int n;
   if (op->failed && !(op->res && PQresultStatus(op->res) == PGRES_FATAL_ERROR)) {
-    lua_pushnil(L);
-    lua_pushstring(L, op->err);
-    n = 2;
+    n = mg_push_error(L, op->code, op->retryable, op->err);
   } else if (!op->res) {
-    lua_pushnil(L);
-    lua_pushstring(L, "pg: no result");
-    n = 2;
+    n = mg_push_error(L, "protocol", 0, "pg: no result");
   } else {
     PGresult *r = op->res;
     switch (PQresultStatus(r)) {
@@ -853,9 +876,8 @@ static int query_done(lua_State *L, int status, lua_KContext ctx) {
         break;
       }
       default:
-        lua_pushnil(L);
         lua_pushfstring(L, "pg: unexpected result: %s", PQresStatus(PQresultStatus(r)));
-        n = 2;
+        n = mg_push_error(L, "protocol", 0, lua_tostring(L, -1));
     }
   }
   op_free(op);
@@ -906,19 +928,15 @@ static pgstmt *stmt_lookup(pgconn *pc, const char *sql, const Oid *types, int n)
 }
 
 static int not_ready(lua_State *L, pgconn *pc) {
-  lua_pushnil(L);
-  if (!pc->conn) lua_pushstring(L, pc->err[0] ? pc->err : "pg: connection closed");
-  else if (pc->op) return luaL_error(L, "pg: the connection is busy with another statement "
-                                        "(one at a time per connection: use a pool)");
-  else lua_pushstring(L, "pg: connection is not usable");
-  return 2;
+  if (!pc->conn) return mg_push_error(L, UNAVAILABLE, pc->err[0] ? pc->err : "pg: connection closed");
+  if (pc->op) return luaL_error(L, "pg: the connection is busy with another statement "
+                                   "(one at a time per connection: use a pool)");
+  return mg_push_error(L, UNAVAILABLE, "pg: connection is not usable");
 }
 
 static int batch_abandoned(lua_State *L, pgconn *pc) {
   conn_close(pc, "pg: connection closed: a batch was left without its sync");
-  lua_pushnil(L);
-  lua_pushstring(L, pc->err);
-  return 2;
+  return mg_push_error(L, "invalid", 0, pc->err);
 }
 
 static int prepare_done(lua_State *L, int status, lua_KContext ctx);
@@ -932,9 +950,7 @@ static int start_op_for(lua_State *L, pgconn *pc, int kind, int sent, pgstmt *st
     snprintf(msg, sizeof msg, "pg: cannot send: %s", PQerrorMessage(pc->conn));
     trim_message(msg);
     if (PQstatus(pc->conn) == CONNECTION_BAD) conn_close(pc, msg);
-    lua_pushnil(L);
-    lua_pushstring(L, msg);
-    return 2;
+    return mg_push_error(L, UNAVAILABLE, msg);
   }
   pgop *op = calloc(1, sizeof *op);
   if (!op) {
@@ -949,11 +965,10 @@ static int start_op_for(lua_State *L, pgconn *pc, int kind, int sent, pgstmt *st
   op->flushing = f > 0;
   pc->op = op;
   if (f < 0 || watch(pc, op->flushing ? UV_READABLE | UV_WRITABLE : UV_READABLE) != 0) {
-    op_fail(op, "pg: connection lost: ", PQerrorMessage(pc->conn));
+    op_fail(op, UNAVAILABLE, "pg: connection lost: ", PQerrorMessage(pc->conn));
     conn_close(pc, op->err);
     pc->op = NULL;
-    lua_pushnil(L);
-    lua_pushstring(L, op->err);
+    mg_push_error(L, op->code, op->retryable, op->err);
     op_free(op);
     return 2;
   }
@@ -1087,8 +1102,7 @@ static int l_send(lua_State *L) {
   if (n > 0) params_collect(L, &p, 3, n);       /* may raise: nothing sent yet */
   if (!pc->nbatch && !PQenterPipelineMode(pc->conn)) {
     if (n > 0) params_free(&p);
-    lua_pushnil(L);
-    lua_pushstring(L, "pg: cannot start a batch on this connection");
+    mg_push_error(L, UNAVAILABLE, "pg: cannot start a batch on this connection");
     return 2;
   }
   pc->nbatch++;
@@ -1142,9 +1156,8 @@ static int l_kept(lua_State *L) {
       return 1;
     }
   }
-  lua_pushnil(L);
-  lua_pushstring(L, "pg: no rows kept for that statement (it failed or did not run, or they were taken)");
-  return 2;
+  return mg_push_error(L, "invalid", 0,
+                       "pg: no rows kept for that statement (it failed or did not run, or they were taken)");
 }
 
 /* The batch's results: the last statement's rows and count, or the first
@@ -1249,7 +1262,7 @@ static int l_close(lua_State *L) {
   pgconn *pc = check_conn(L);
   if (pc->op) {                         /* a task waits: end its statement */
     pgop *op = pc->op;
-    op_fail(op, "pg: ", "connection closed");
+    op_fail(op, "cancelled", 0, "pg: ", "connection closed");
     finish(pc);
   }
   conn_close(pc, "pg: connection closed");

@@ -845,6 +845,7 @@ static int l_spawn(lua_State *L) {
       lua_pushfstring(L, "cannot run '%s': permission denied", file);
     else
       lua_pushfstring(L, "cannot run '%s': %s", file, uv_strerror(rc));
+    mg_error_new(L, rc == UV_ENOENT ? "not_found" : rc == UV_EACCES ? "denied" : "failed", 0);
     return 2;
   }
   p->open_handles++;                    /* the process */

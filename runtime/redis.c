@@ -91,6 +91,8 @@ struct rop {
   double timeout;           /* seconds, for the timeout message */
   int by_deadline;          /* the caller's deadline set the timer */
   char err[ERRLEN];
+  const char *code;         /* err's code (errors.c) */
+  int retryable;
   redisReply *one[1];
 };
 
@@ -119,10 +121,36 @@ static rop *op_new(rconn *c, int kind, int nreplies) {
   return op;
 }
 
-static void op_fail(rop *op, const char *msg) {
+/* codes of the failures the client itself sees (errors.c) */
+#define UNAVAILABLE "unavailable", 1
+#define TIMEOUT "timeout", 1
+
+static void op_fail(rop *op, const char *code, int retryable, const char *msg) {
   if (op->failed) return;
   op->failed = 1;
+  op->code = code;
+  op->retryable = retryable;
   snprintf(op->err, ERRLEN, "%s", msg);
+}
+
+/* An error reply as an error value: its first word is the code
+** ("redis:READONLY"); waiting heals a server loading, busy, failing over
+** or short of replicas. */
+static void push_reply_error(lua_State *L, const char *str, size_t len) {
+  static const char *const healing[] = {"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN",
+                                        "MASTERDOWN", "READONLY", "NOREPLICAS"};
+  char code[40] = "redis:";
+  size_t n = 0;
+  while (n < len && n < sizeof code - 7 && str[n] != ' ') {
+    code[6 + n] = str[n];
+    n++;
+  }
+  code[6 + n] = '\0';
+  int retryable = 0;
+  for (size_t i = 0; i < sizeof healing / sizeof healing[0]; i++)
+    if (strcmp(code + 6, healing[i]) == 0) retryable = 1;
+  lua_pushlstring(L, str, len);
+  mg_error_new(L, n ? code : "redis:ERR", retryable);
 }
 
 /* Take a reply tree over from hiredis, which frees the emptied shell. */
@@ -137,6 +165,8 @@ static redisReply *steal(redisReply *r) {
   r->elements = 0;
   return own;
 }
+
+#define CONN_CODE(c) (c)->closing ? "cancelled" : "unavailable", !(c)->closing
 
 static const char *conn_error(rconn *c) {
   return c->err[0] ? c->err : "redis: connection closed";
@@ -166,7 +196,7 @@ static void op_timed_out(uv_timer_t *t) {
   op_stop_timer(op);
   if (!op->w.task) return;
   if (op->kind == OP_MSG) {
-    op_fail(op, "timeout");
+    op_fail(op, TIMEOUT, "timeout");
     if (c->msg_op == op) c->msg_op = NULL;
     mg_wake(&op->w);
     return;
@@ -176,7 +206,7 @@ static void op_timed_out(uv_timer_t *t) {
              c->addr, op->timeout);
   else snprintf(msg, sizeof msg, "redis: timeout after %gs%s", op->timeout,
                 op->by_deadline ? ", at the caller's deadline" : "");
-  op_fail(op, msg);
+  op_fail(op, TIMEOUT, msg);
   mg_wake(&op->w);
   if (op->by_deadline) {
     /* the command itself is fine: like a cancel, its reply is discarded on
@@ -316,17 +346,17 @@ static int ev_attach(redisAsyncContext *ac) {
 
 static void wake_sub_waiters(rconn *c) {
   if (c->connecting) {
-    op_fail(c->connecting, conn_error(c));
+    op_fail(c->connecting, CONN_CODE(c), conn_error(c));
     mg_wake(&c->connecting->w);
     c->connecting = NULL;
   }
   if (c->msg_op) {
-    op_fail(c->msg_op, conn_error(c));
+    op_fail(c->msg_op, CONN_CODE(c), conn_error(c));
     mg_wake(&c->msg_op->w);
     c->msg_op = NULL;
   }
   if (c->sub_op) {
-    op_fail(c->sub_op, conn_error(c));
+    op_fail(c->sub_op, CONN_CODE(c), conn_error(c));
     mg_wake(&c->sub_op->w);
     c->sub_op = NULL;
   }
@@ -394,7 +424,8 @@ static void on_reply(redisAsyncContext *ac, void *r, void *privdata) {
         snprintf(msg, ERRLEN, "redis: connection lost: %s", ac->errstr);
       else snprintf(msg, ERRLEN, "redis: connection closed");
       op->replies[op->nreplies] = NULL;
-      op_fail(op, msg);
+      if (c) op_fail(op, CONN_CODE(c), msg);
+      else op_fail(op, UNAVAILABLE, msg);
     }
     op->nreplies++;
   }
@@ -463,7 +494,7 @@ static void push_reply(lua_State *L, redisReply *r) {
       lua_createtable(L, 2, 0);
       lua_pushboolean(L, 0);
       lua_rawseti(L, -2, 1);
-      lua_pushlstring(L, r->str, r->len);
+      push_reply_error(L, r->str, r->len);
       lua_rawseti(L, -2, 2);
       break;
     case REDIS_REPLY_ARRAY:
@@ -626,8 +657,8 @@ static int connect_done(lua_State *L, int status, lua_KContext ctx) {
   rconn *c = op->c;
   (void)status;
   if (op->failed || !c->ac || !c->connected) {
-    lua_pushnil(L);
-    lua_pushstring(L, op->failed ? op->err : conn_error(c));
+    if (op->failed) mg_push_error(L, op->code, op->retryable, op->err);
+    else mg_push_error(L, CONN_CODE(c), conn_error(c));
     op_unref(op);
     return 2;
   }
@@ -664,25 +695,18 @@ static int l_connect(lua_State *L) {
 
   redisAsyncContext *ac = unix_socket ? redisAsyncConnectUnix(host)
                                       : redisAsyncConnect(host, (int)port);
-  if (!ac) {
-    lua_pushnil(L);
-    lua_pushstring(L, "redis: out of memory");
-    return 2;
-  }
+  if (!ac) return mg_push_error(L, UNAVAILABLE, "redis: out of memory");
   if (ac->err) {
-    lua_pushnil(L);
     lua_pushfstring(L, "redis: cannot connect to %s: %s", c->addr, ac->errstr);
     redisAsyncFree(ac);
-    return 2;
+    return mg_push_error(L, UNAVAILABLE, lua_tostring(L, -1));
   }
   /* not inherited by the programs this process starts (see http.c) */
   int fdflags = fcntl(ac->c.fd, F_GETFD);
   if (fdflags >= 0) fcntl(ac->c.fd, F_SETFD, fdflags | FD_CLOEXEC);
   if (ev_attach(ac) != 0) {
     redisAsyncFree(ac);
-    lua_pushnil(L);
-    lua_pushstring(L, "redis: cannot watch the socket");
-    return 2;
+    return mg_push_error(L, UNAVAILABLE, "redis: cannot watch the socket");
   }
   ac->data = c;
   c->ac = ac;
@@ -693,9 +717,7 @@ static int l_connect(lua_State *L) {
   if (!op || op_start_timer(op, timeout) != 0) {
     if (op) op_unref(op);
     conn_drop(c, "redis: out of memory");
-    lua_pushnil(L);
-    lua_pushstring(L, "redis: out of memory");
-    return 2;
+    return mg_push_error(L, UNAVAILABLE, "redis: out of memory");
   }
   c->connecting = op;
   lua_replace(L, 1);                         /* the connection, kept at 1 */
@@ -707,8 +729,7 @@ static int l_connect(lua_State *L) {
 
 /* Return `nil, op->err` to Lua and drop the caller's reference to op. */
 static int fail_op(lua_State *L, rop *op) {
-  lua_pushnil(L);
-  lua_pushstring(L, op->err);
+  mg_push_error(L, op->code, op->retryable, op->err);
   op_unref(op);
   return 2;
 }
@@ -721,14 +742,13 @@ static int cmd_done(lua_State *L, int status, lua_KContext ctx) {
   }
   redisReply *r = op->replies[0];
   if (!r) {
-    lua_pushnil(L);
-    lua_pushstring(L, "redis: out of memory");
+    mg_push_error(L, UNAVAILABLE, "redis: out of memory");
     op_unref(op);
     return 2;
   }
   if (r->type == REDIS_REPLY_ERROR) {
     lua_pushnil(L);
-    lua_pushlstring(L, r->str, r->len);
+    push_reply_error(L, r->str, r->len);
     op_unref(op);
     return 2;
   }
@@ -764,9 +784,7 @@ static void cmd_cancel(mg_waiter *w) {
 }
 
 static int not_connected(lua_State *L, rconn *c) {
-  lua_pushnil(L);
-  lua_pushstring(L, c->closing ? "redis: connection closed" : conn_error(c));
-  return 2;
+  return mg_push_error(L, CONN_CODE(c), c->closing ? "redis: connection closed" : conn_error(c));
 }
 
 /* conn:call(cmd, ...) -> value | nil, err */
@@ -788,14 +806,13 @@ static int l_call(lua_State *L) {
   if (sent <= 0) {
     op_unref(op);
     if (sent < 0) return luaL_error(L, "redis: out of memory");
-    lua_pushnil(L);
-    lua_pushstring(L, "redis: command not accepted on this connection");
+    mg_push_error(L, UNAVAILABLE, "redis: command not accepted on this connection");
     return 2;
   }
   op->expected = 1;
   op->refs++;                                /* hiredis */
   c->inflight++;
-  if (op_start_timer(op, op_limit(L, op, c->timeout)) != 0) op_fail(op, "redis: out of memory");
+  if (op_start_timer(op, op_limit(L, op, c->timeout)) != 0) op_fail(op, UNAVAILABLE, "redis: out of memory");
   lua_settop(L, 1);                          /* keep the connection anchored */
   return mg_await(L, &op->w, cmd_cancel, cmd_done, (lua_KContext)op);
 }
@@ -846,12 +863,12 @@ static int l_pipeline(lua_State *L) {
     c->inflight++;
   }
   resp_free(&r);
-  if (sent < n) op_fail(op, nomem ? "redis: out of memory" : "redis: pipeline not accepted on this connection");
+  if (sent < n) op_fail(op, UNAVAILABLE, nomem ? "redis: out of memory" : "redis: pipeline not accepted on this connection");
   if (sent == 0) {
     return fail_op(L, op);
   }
   op->refs++;                                /* hiredis */
-  if (op_start_timer(op, op_limit(L, op, c->timeout)) != 0) op_fail(op, "redis: out of memory");
+  if (op_start_timer(op, op_limit(L, op, c->timeout)) != 0) op_fail(op, UNAVAILABLE, "redis: out of memory");
   lua_settop(L, 1);
   return mg_await(L, &op->w, cmd_cancel, pipe_done, (lua_KContext)op);
 }
@@ -902,13 +919,12 @@ static int l_subscribe(lua_State *L) {
   argv_free(&a);
   if (!ok) {
     op_unref(op);
-    lua_pushnil(L);
-    lua_pushstring(L, "redis: subscribe not accepted on this connection");
+    mg_push_error(L, UNAVAILABLE, "redis: subscribe not accepted on this connection");
     return 2;
   }
   c->sub_pending += n;
   c->sub_op = op;
-  if (op_start_timer(op, c->timeout) != 0) op_fail(op, "redis: out of memory");
+  if (op_start_timer(op, c->timeout) != 0) op_fail(op, UNAVAILABLE, "redis: out of memory");
   lua_settop(L, 1);
   return mg_await(L, &op->w, sub_cancel, sub_done, (lua_KContext)op);
 }
@@ -946,8 +962,14 @@ static int msg_done(lua_State *L, int status, lua_KContext ctx) {
     pop_message(L, c);
     return 1;
   }
-  lua_pushnil(L);
-  lua_pushstring(L, op->failed ? op->err : conn_error(c));
+  if (op->failed && op->kind == OP_MSG && strcmp(op->code, "timeout") == 0) {
+    lua_pushnil(L);
+    lua_pushliteral(L, "timeout");   /* no message in time: not a failure */
+  } else if (op->failed) {
+    mg_push_error(L, op->code, op->retryable, op->err);
+  } else {
+    mg_push_error(L, CONN_CODE(c), conn_error(c));
+  }
   op_unref(op);
   return 2;
 }

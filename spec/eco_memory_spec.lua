@@ -111,7 +111,7 @@ describe("Eco² conversation memory", function()
     end)
     assert.equal("redis", cached.source)
     assert.is_nil(l1)
-    assert.is_string(l1_err)    -- Redis could not be asked, not "nothing cached"
+    assert.equal("unavailable", l1_err.code)    -- Redis could not be asked, not "nothing cached"
     assert.equal("postgres", m.source)
     assert.equal("waste", m.intent)
     assert.equal(2, #m.messages)

@@ -343,7 +343,10 @@ describe("moongraph.redis", function()
         assert.equal("sport", m.channel)
         assert.same({ nil, "timeout" }, { sub:next(0.02) })
         sub:close()
-        assert.same({ nil, "redis: subscription closed" }, { sub:next() })
+        local none, cerr = sub:next()
+        assert.is_nil(none)
+        assert.equal("redis: subscription closed", tostring(cerr))
+        assert.equal("cancelled", cerr.code)
       end)
     end)
 
@@ -402,7 +405,9 @@ describe("moongraph.redis", function()
         local r = connect{ timeout = 0.1 }
         local v, err = r:call("DEBUG", "SLEEP", 0.5)
         assert.is_nil(v)
-        assert.equal("redis: timeout after 0.1s", err)
+        assert.equal("redis: timeout after 0.1s", tostring(err))
+        assert.equal("timeout", err.code)
+        assert.is_true(err.retryable)
         assert.is_false(r:connected())            -- closed, its state unknown
         r:set_timeout(nil)                        -- DEBUG SLEEP holds the whole server
         assert.equal("PONG", r:call("PING"))
@@ -413,8 +418,12 @@ describe("moongraph.redis", function()
       run(function()
         local r = connect()
         r:close()
-        assert.same({ nil, "redis: connection closed" }, { r:call("PING") })
-        assert.same({ nil, "redis: connection closed" }, { r:pipeline({ { "PING" } }) })
+        for _, got in ipairs{ { r:call("PING") }, { r:pipeline({ { "PING" } }) } } do
+          assert.is_nil(got[1])
+          assert.equal("redis: connection closed", tostring(got[2]))
+          assert.equal("cancelled", got[2].code)
+          assert.is_false(got[2].retryable)
+        end
       end)
     end)
 

@@ -266,4 +266,19 @@ describe("worker faults", function()
     assert.same({}, w:logged("left pending for a later attempt"))
     assert.is_true(#w:logged("retrying") > 0, "no job noticed the restart")
   end)
+
+  it("stops at once on a wrong Redis password instead of retrying it for a minute", function()
+    local servers = require "servers"
+    local locked = servers.redis { password = "s3cret" }
+    local wrong = locked.url:gsub("s3cret", "wrong")
+    local w = env:spawn({ "worker", "--redis", wrong, "--pg", env.pg_url, "--script", PLAIN })
+    local t0 = mg.now()
+    local code = mg.run(function() return w:wait(20) end)
+    local took = mg.now() - t0
+    locked:destroy()
+    assert.is_true(code ~= 0)
+    assert.is_true(took < 10, "took " .. took .. " s")
+    assert.matches("WRONGPASS", w:output() .. w:log())
+    assert.same({}, w:logged("retrying"))
+  end)
 end)

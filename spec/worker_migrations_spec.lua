@@ -48,7 +48,7 @@ describe("worker migrations", function()
     assert.equal(#migrations.list + #APP, #a + #b)          -- one of them did the work
     assert.same({}, again)
     assert.equal(migrations.list[#migrations.list].version, cur)
-    assert.same({ "app:1", "worker:1", "worker:3", "worker:4", "worker:5", "worker:6" }, rec)
+    assert.same({ "app:1", "worker:1", "worker:3", "worker:4", "worker:5", "worker:6", "worker:7" }, rec)
   end)
 
   it("keeps each script's versions in its own scope, and applies only what is new", function()
@@ -66,6 +66,7 @@ describe("worker migrations", function()
                   { scope = "worker", version = 4, name = "job results keep the state's JSON text" },
                   { scope = "worker", version = 5, name = "a refused job result rolls its transaction back" },
                   { scope = "worker", version = 6, name = "thread fences count the thread's results" },
+                  { scope = "worker", version = 7, name = "a refused job result says why in its SQLSTATE" },
                   { scope = "app", version = 1, name = "notes" } }, first)
     assert.same({ { scope = "app", version = 2, name = "tags" } }, second)
     assert.equal(2, cur)
@@ -133,11 +134,12 @@ describe("worker migrations", function()
                   { scope = "worker", version = 4, name = "job results keep the state's JSON text" },
                   { scope = "worker", version = 5, name = "a refused job result rolls its transaction back" },
                   { scope = "worker", version = 6, name = "thread fences count the thread's results" },
+                  { scope = "worker", version = 7, name = "a refused job result says why in its SQLSTATE" },
                   { scope = "eco", version = 1, name = "conversation memory and user profiles" },
                   { scope = "eco", version = 2, name = "user profiles in the Store" },
                   { scope = "eco", version = 3, name = "messages without a foreign key" } }, applied)
     assert.same({}, unknown)                 -- worker:2 is retired, not unknown
-    assert.same({ "eco:1", "eco:2", "eco:3", "worker:1", "worker:2", "worker:3", "worker:4", "worker:5", "worker:6" }, rec)
+    assert.same({ "eco:1", "eco:2", "eco:3", "worker:1", "worker:2", "worker:3", "worker:4", "worker:5", "worker:6", "worker:7" }, rec)
     assert.equal(2, rows)
     -- the old profile row, now in the Store
     assert.same({ last_location = "서울특별시 강남구", last_intent = "waste", intents = { waste = 1 }, turns = 1 }, prof)

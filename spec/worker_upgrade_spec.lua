@@ -54,14 +54,14 @@ describe("moongraph worker on a database made by an earlier version", function()
       local rec = assert(db:query("SELECT scope, version FROM moongraph_worker_migrations ORDER BY scope, version"))
       local got = {}
       for i, m in ipairs(rec) do got[i] = m.scope .. ":" .. m.version end
-      assert.same({ "eco:1", "eco:2", "eco:3", "worker:1", "worker:2", "worker:3", "worker:4", "worker:5", "worker:6" }, got)
+      assert.same({ "eco:1", "eco:2", "eco:3", "worker:1", "worker:2", "worker:3", "worker:4", "worker:5", "worker:6", "worker:7" }, got)
     end)
     w:signal("TERM")
     mg.run(function() assert.equal(0, w:wait()) end)
     local applied = {}
     for i, l in ipairs(w:logged("migration applied")) do applied[i] = l.scope .. ":" .. math.tointeger(l.version) end
     table.sort(applied)
-    assert.same({ "eco:1", "eco:2", "eco:3", "worker:3", "worker:4", "worker:5", "worker:6" }, applied)
+    assert.same({ "eco:1", "eco:2", "eco:3", "worker:3", "worker:4", "worker:5", "worker:6", "worker:7" }, applied)
     assert.same({}, w:logged("does not list"))
   end)
 end)

@@ -32,6 +32,7 @@ local mg = require "moongraph"
 local args = require "moongraph.args"
 local llm_mod = require "moongraph.llm"
 local ids = require "moongraph.ids"
+local public_error = require "moongraph.public_error"
 local text = require "moongraph.text"
 local chat = require "scripts.eco.chat"
 local json = require "moongraph.json"
@@ -285,7 +286,7 @@ end
 
 -- What the user reads when a fail_close node ends the run.
 function _M.failure_message(err)
-  local node = tostring(err):match("^node '([%w_]+)'")
+  local node = public_error.node(err)
   local what = node and aggregator.describe(node) or "파이프라인"
   return node, format("죄송합니다. %s 서비스에 문제가 있어 답변을 완성하지 못했어요. 잠시 후 다시 시도해 주세요.", what)
 end

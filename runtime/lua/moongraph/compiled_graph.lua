@@ -27,6 +27,7 @@ local table_sort = table.sort
 local string_gmatch, string_match = string.gmatch, string.match
 local coroutine_running = coroutine.running
 
+local errors = require "moongraph.errors"
 local tasks = require "moongraph.tasks"
 local control = require "moongraph.control"
 local engine = require "moongraph.engine.loop"
@@ -283,7 +284,7 @@ local function get_state(self, cfg)
   -- after the writes of a cancelled run on this thread have landed
   if cfg.thread_id ~= nil then writer.settle(self.checkpointer, tostring(cfg.thread_id)) end
   local ok, tuple, err = pcall(self.checkpointer.get, self.checkpointer, cfg)
-  if not ok then return nil, "checkpointer get failed: " .. tostring(tuple) end
+  if not ok then return nil, errors.saver_failed("get", tuple) end
   if tuple == nil and err then return nil, err end
   return snapshot(self, tuple, cfg)
 end
@@ -301,7 +302,7 @@ end
 
 local function history(self, cfg, opts)
   local ok, list, err = pcall(self.checkpointer.list, self.checkpointer, cfg, opts)
-  if not ok then return nil, "checkpointer list failed: " .. tostring(list) end
+  if not ok then return nil, errors.saver_failed("list", list) end
   if list == nil then return nil, err end
   local out = {}
   for i, tuple in ipairs(list) do out[i] = snapshot(self, tuple, cfg) end

@@ -23,6 +23,7 @@
 -- llm.routed{ models = {...}, router = fn } fails over between clients
 -- before the first streamed token (see moongraph.failover).
 
+local errors = require "moongraph.errors"
 local http = require "moongraph.http"
 local failover = require "moongraph.failover"
 local cjson = require "cjson.safe"
@@ -230,16 +231,7 @@ local function parse_retry_after(v)
 end
 _M.parse_retry_after = parse_retry_after
 
-local RETRYABLE_NET = { "^timeout", "connection reset", "connection refused",
-                        "empty reply", "truncated response", "network error",
-                        "could not connect" }
-
-local function net_retryable(err)
-  for _, p in ipairs(RETRYABLE_NET) do
-    if err:find(p) then return true end
-  end
-  return false
-end
+local net_retryable = errors.retryable
 
 -- The message of an API error body, if it has one.
 local function api_message(body)

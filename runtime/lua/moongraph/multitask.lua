@@ -51,6 +51,7 @@ its own); a notice it misses (the connection dropped) shows at the
 holder's next check().
 ]]
 
+local errors = require "moongraph.errors"
 local mg = require "moongraph"
 local core = require "moongraph.core"
 
@@ -380,7 +381,7 @@ local function listen(self)
       local err
       sub, err = self.conn:subscribe(self.channel)
       if not sub then
-        if tostring(err):find("closed", 1, true) then return end
+        if errors.has(err, "cancelled") then return end   -- closed here
         mg.sleep(1)   -- Redis away: the holders' own checks will tell them
       else
         fresh = true

@@ -30,6 +30,7 @@
 -- opened again before the next statement; a statement that was running
 -- when it dropped fails with the reason.
 
+local errors = require "moongraph.errors"
 local core = require("moongraph.core")
 local cjson = require("cjson").new()
 local cpg = core.pg
@@ -331,7 +332,7 @@ local function check_pool(self, fname)
   if getmetatable(self) ~= Pool then
     error(format("bad self to '%s' (pg connection or pool expected)", fname), 3)
   end
-  if self.closed then return nil, "pg: connection closed" end
+  if self.closed then return nil, errors.new("cancelled", "pg: connection closed") end
   return true
 end
 
@@ -346,8 +347,8 @@ local function take(self)
   end
   local slot = gate_acquire(self.gate, limit)
   if not slot then
-    return nil, format("pg: no connection free after %gs (pool of %d)%s",
-      limit or 0, self.gate.size, why)
+    return nil, errors.new("timeout", format("pg: no connection free after %gs (pool of %d)%s",
+      limit or 0, self.gate.size, why), { retryable = true })
   end
   local guard = setmetatable({}, { __close = function()
     local raw = slot.raw

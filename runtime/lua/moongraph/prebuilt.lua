@@ -31,6 +31,7 @@ ask for tools the run fails with a clear error. The model's tokens stream
 as `messages` events (app:stream(input, {stream_mode = "messages"})).
 ]]
 
+local errors = require "moongraph.errors"
 local cjson = require "cjson.safe"
 local jsonschema = require "moongraph.jsonschema"
 
@@ -291,7 +292,7 @@ function _M.react_agent(opts)
     if #tool_specs > 0 then req.tools = tool_specs end
     if stream then req.stream = ctx.stream_token end
     local r, err = llm:chat(req)
-    if not r then error("react_agent: the model call failed: " .. tostring(err), 0) end
+    if not r then error(errors.wrap(err, nil, "react_agent: the model call failed: " .. tostring(err)), 0) end
     return { messages = { assistant_message(r) } }
   end)
   g:add_node("tools", _M.tool_node(opts.tools or {}))

@@ -12,17 +12,24 @@ event, a stored answer, a run's output); the detail goes to their logs.
   public_error.node(err)                    -> "answer" | nil
 ]]
 
-local text = require "moongraph.text"
+local errors = require "moongraph.errors"
 
 local type = type
 
 local _M = {}
 
+-- The node an error names: the first node_failed in its chain of wraps. A
+-- string is the first line of an error a job stored (job_results.error,
+-- whose format "node 'x' failed: ..." the worker writes).
 function _M.node(err)
-  local msg = text.error_message(err)
-  if type(msg) ~= "string" then return nil end
-  return msg:match("^node '([^']+)'")
+  if errors.is(err) then
+    local f = errors.find(err, "node_failed")
+    return f and f.details and f.details.node or nil
+  end
+  if type(err) ~= "string" then return nil end
+  return err:match("^node '([^']+)'")
 end
+_M.node_of = _M.node
 
 function _M.message(err, where)
   local node = _M.node(err)

@@ -29,6 +29,7 @@
 -- nil array -> redis.null, array -> list, an error reply -> nil, err (inside
 -- arrays and pipelines: {false, err}, as lua-resty-redis does).
 
+local errors = require "moongraph.errors"
 local core = require("moongraph.core")
 local sentinel = require("moongraph.redis.sentinel")
 local craw = core.redis
@@ -216,7 +217,8 @@ local function open_raw(cfg, timeout, expect_master)
       local r = res[i]
       if type(r) == "table" and r[1] == false then
         raw:close()
-        return nil, format("redis: %s on %s failed: %s", cmds[i][1], cfg.addr, r[2]), cmds[i][1] ~= "ROLE"
+        return nil, errors.wrap(r[2], nil, format("redis: %s on %s failed: %s", cmds[i][1], cfg.addr,
+          tostring(r[2]))), cmds[i][1] ~= "ROLE"
       end
     end
     if expect_master and not (type(res[#res]) == "table" and res[#res][1] == "master") then
@@ -289,7 +291,7 @@ end
 local function ensure(self, deadline)
   local raw = self.raw
   if raw and raw:connected() then return raw end
-  if self.closed then return nil, "redis: connection closed" end
+  if self.closed then return nil, errors.new("cancelled", "redis: connection closed") end
   if self.connecting then
     local list = self.connecting
     list[#list + 1] = loop.current()
@@ -308,7 +310,7 @@ local function ensure(self, deadline)
   raw, err = open_failover(self.cfg, self.timeout, deadline or loop.now() + failover_wait(self))
   if self.closed and raw then
     raw:close()
-    return nil, "redis: connection closed"
+    return nil, errors.new("cancelled", "redis: connection closed")
   end
   self.raw = raw
   self.last_error = err
@@ -380,7 +382,7 @@ end
 -- a short pause, to the master looked up anew, until the command's
 -- failover_wait is over.
 local function blocking_call(self, ...)
-  if self.closed then return nil, "redis: connection closed" end
+  if self.closed then return nil, errors.new("cancelled", "redis: connection closed") end
   local deadline = loop.now() + failover_wait(self)
   local delay
   while true do
@@ -613,7 +615,7 @@ end
 function Conn:subscribe(channels)
   check_conn(self, "subscribe")
   channels = check_names("subscribe", channels)
-  if self.closed then return nil, "redis: connection closed" end
+  if self.closed then return nil, errors.new("cancelled", "redis: connection closed") end
   return new_sub(self, channels, {})
 end
 
@@ -621,13 +623,13 @@ end
 function Conn:psubscribe(patterns)
   check_conn(self, "psubscribe")
   patterns = check_names("psubscribe", patterns)
-  if self.closed then return nil, "redis: connection closed" end
+  if self.closed then return nil, errors.new("cancelled", "redis: connection closed") end
   return new_sub(self, {}, patterns)
 end
 
 local function sub_change(self, verb, set, add, list)
   local raw = self.raw
-  if self.closed then return nil, "redis: subscription closed" end
+  if self.closed then return nil, errors.new("cancelled", "redis: subscription closed") end
   local names = {}
   for i = 1, #list do
     local n = list[i]
@@ -666,7 +668,7 @@ function Sub:next(timeout)
   if timeout ~= nil and (type(timeout) ~= "number" or timeout < 0) then
     error("bad argument #1 to 'next' (non-negative number of seconds expected)", 2)
   end
-  if self.closed then return nil, "redis: subscription closed" end
+  if self.closed then return nil, errors.new("cancelled", "redis: subscription closed") end
   local raw = self.raw
   if not raw then
     local err
@@ -677,7 +679,7 @@ function Sub:next(timeout)
   if msg then return msg end
   if err ~= "timeout" and not raw:connected() then
     self.raw = nil
-    if self.closed then return nil, "redis: subscription closed" end
+    if self.closed then return nil, errors.new("cancelled", "redis: subscription closed") end
   end
   return nil, err
 end

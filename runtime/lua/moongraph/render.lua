@@ -13,6 +13,7 @@ the run, so it gets an edge to END.
 
 local ipairs, string_gsub, table_concat = ipairs, string.gsub, table.concat
 
+local errors = require "moongraph.errors"
 local control = require "moongraph.control"
 local START, END = control.START, control.END
 
@@ -171,7 +172,7 @@ function _M.image(app, format, opts)
   local r, err = process.run({ "dot", "-T" .. format }, {
     input = _M.dot(app, opts), timeout = opts and opts.timeout or 30 })
   if not r then
-    if tostring(err):find("ENOENT", 1, true) or tostring(err):find("not found", 1, true) then
+    if errors.has(err, "not_found") then
       return nil, "drawing needs Graphviz's dot program (Debian package graphviz): " .. tostring(err)
     end
     return nil, "dot: " .. tostring(err)

@@ -42,8 +42,8 @@ end
 
 function _M.error_message(e)
   if type(e) ~= "string" then
-    if type(e) == "table" and e.message ~= nil then return tostring(e.message) end
-    return tostring(e)
+    if type(e) == "table" and e.message ~= nil then e = tostring(e.message)
+    else return tostring(e) end
   end
   local cut = string_find(e, "\nstack traceback:", 1, true)
   if cut then return string_sub(e, 1, cut - 1) end

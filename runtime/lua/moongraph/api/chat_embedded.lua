@@ -365,8 +365,7 @@ function B:_outcome(j, log)
     end
     err = xerr
   end
-  err = error_message(err)
-  return { status = "failed", error = err, node = err:match("^node '([^']+)'") }
+  return { status = "failed", error = error_message(err), node = public_error.node(err) }
 end
 
 function B:_run(j)

@@ -233,12 +233,12 @@ function _M.text(v, what)
   return true
 end
 
--- body(raw) -> value | nil, msg
+-- body(raw) -> value | nil, msg [, "malformed": not JSON at all, else a value it refuses]
 function _M.body(raw)
   local v, err = json.decode(raw)
   if v == nil then
-    if not utf8_len(raw) then return nil, "the request body is not valid UTF-8" end
-    return nil, "the request body is not valid JSON: " .. tostring(err):gsub("^invalid JSON: ", "")
+    if not utf8_len(raw) then return nil, "the request body is not valid UTF-8", "malformed" end
+    return nil, "the request body is not valid JSON: " .. tostring(err):gsub("^invalid JSON: ", ""), "malformed"
   end
   local ok, terr = _M.text(v)
   if not ok then return nil, terr end

@@ -111,8 +111,8 @@ function _M.wrapper(opts, api)
     if not with_body then return nil, user end
     local raw = req.body
     if not (raw and raw:find("%S")) then return nil, user, {} end
-    local v, err = fields.body(raw)
-    if v == nil then return problem(err:find("^the request body") and 400 or body_status, err) end
+    local v, err, malformed = fields.body(raw)
+    if v == nil then return problem(malformed and 400 or body_status, err) end
     if type(v) ~= "table" or json.is_array(v) or v[1] ~= nil then
       return problem(body_status, "the request body must be a JSON object")
     end

@@ -17,6 +17,7 @@ app nil: a thread no graph ran on yet (an empty state, an empty history;
 updating it answers 400).
 ]]
 
+local errors = require "moongraph.errors"
 local mg = require "moongraph"
 local json = require "moongraph.json"
 local lgrun = require "moongraph.langgraph_run"
@@ -99,7 +100,7 @@ function _M.update(app, gid, id, q)
   -- the place in the code it came from)
   if not ok then return nil, 422, (tostring(cfg):gsub("^[^:\n]+%.lua:%d+: ", "")) end
   if not cfg then
-    if tostring(err):find("not found", 1, true) then return nil, 404, err end
+    if errors.has(err, "not_found") then return nil, 404, err end
     return nil, 503, err
   end
   return { checkpoint = checkpoint_json(cfg) }

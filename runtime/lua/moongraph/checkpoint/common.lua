@@ -5,6 +5,7 @@ moongraph.checkpoint.common — argument checks and encoding shared by the saver
 local type, error, tostring = type, error, tostring
 local table_concat = table.concat
 
+local errors = require "moongraph.errors"
 local json = require "moongraph.json"
 
 local _M = {}
@@ -159,14 +160,19 @@ function _M.expected(cfg)
   return e or false
 end
 
+-- The error of a put that lost the race: code "conflict", not retryable
+-- as such (the run must read the thread again first).
 function _M.conflict_error(thread_id, ns, expected, latest)
-  return string.format("%s: thread '%s'%s is at checkpoint %s, not %s: another run wrote to it meanwhile",
+  return errors.new("conflict", string.format(
+    "%s: thread '%s'%s is at checkpoint %s, not %s: another run wrote to it meanwhile",
     _M.CONFLICT, thread_id, ns ~= "" and (" (namespace '" .. ns .. "')") or "",
-    latest and tostring(latest) or "(none)", expected and tostring(expected) or "(none: a new thread)")
+    latest and tostring(latest) or "(none)", expected and tostring(expected) or "(none: a new thread)"),
+    { details = { thread_id = thread_id, checkpoint_ns = ns, expected = expected or nil,
+      latest = latest } })
 end
 
 function _M.is_conflict(err)
-  return type(err) == "string" and string.find(err, _M.CONFLICT, 1, true) ~= nil
+  return errors.find(err, "conflict") ~= nil   -- also under a checkpointer failure
 end
 
 -- list options -> limit, before (a checkpoint id)

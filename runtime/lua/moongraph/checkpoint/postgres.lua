@@ -41,6 +41,7 @@ local type, error, tostring, setmetatable, ipairs, pairs, next, rawequal =
 local format = string.format
 local sort, concat, remove = table.sort, table.concat, table.remove
 
+local errors = require "moongraph.errors"
 local json = require "moongraph.json"
 local common = require "moongraph.checkpoint.common"
 local SQLNULL = require("moongraph.pg").null
@@ -51,6 +52,9 @@ local mt = { __index = saver, __name = "moongraph.checkpoint.postgres" }
 
 -- "moongrap" as a big-endian int8: the advisory lock key of the migrations
 local LOCK_KEY = string.unpack(">i8", "moongrap")
+
+-- The SQLSTATE moongraph_checkpoint_conflict raises (class MG: ours).
+local CONFLICT_STATE = "MGC01"
 
 _M.migrations = {
   {
@@ -108,6 +112,17 @@ _M.migrations = {
         LANGUAGE plpgsql AS $f$
         BEGIN
           RAISE EXCEPTION 'moongraph checkpoint conflict: %', detail USING ERRCODE = '40001';
+        END $f$;
+    ]],
+  },
+  {
+    version = 4,
+    name = "a checkpoint conflict has its own SQLSTATE",
+    sql = [[
+      CREATE OR REPLACE FUNCTION moongraph_checkpoint_conflict(detail text) RETURNS integer
+        LANGUAGE plpgsql AS $f$
+        BEGIN
+          RAISE EXCEPTION 'moongraph checkpoint conflict: %', detail USING ERRCODE = ']] .. CONFLICT_STATE .. [[';
         END $f$;
     ]],
   },
@@ -428,7 +443,7 @@ local function send(self, thread_id, b)
     "[" .. concat(heads, ",") .. "]", thread_id,
   })
   if not ok then
-    if tostring(err):find("moongraph checkpoint conflict", 1, true) then
+    if errors.has(err, "pg:" .. CONFLICT_STATE) then
       -- what the namespace is at now, for the message
       local ns, e = detail[1], detail[2]
       local rows = self.db:query([[SELECT checkpoint_id FROM moongraph_checkpoint_heads

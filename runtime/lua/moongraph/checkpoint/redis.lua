@@ -30,6 +30,7 @@ local type, error, tostring, setmetatable, ipairs, pairs, getmetatable =
 local format, gsub, byte = string.format, string.gsub, string.byte
 local sort, concat = table.sort, table.concat
 
+local errors = require "moongraph.errors"
 local json = require "moongraph.json"
 local common = require "moongraph.checkpoint.common"
 
@@ -122,7 +123,7 @@ for _ = 1, n do
   i = i + 3
   local last = redis.call('ZRANGE', ids, -1, -1)[1]
   if last and last ~= want and last ~= new then
-    return redis.error_reply('moongraph checkpoint conflict|' .. ids .. '|' .. last)
+    return { 'conflict', ids, last }
   end
 end
 while i <= #ARGV do
@@ -200,13 +201,10 @@ local function send(self, b, thread_id)
     for j = 1, #cmd do args[#args + 1] = cmd[j] end
   end
   local r, err = self.client:call(table.unpack(args))
-  if r == nil then
-    local ids, last = tostring(err):match("moongraph checkpoint conflict|([^|]*)|([^|]*)")
-    if ids then
-      local c = b.check_of[ids]
-      return nil, common.conflict_error(thread_id, c.ns, c[2] ~= "" and c[2] or nil, last)
-    end
-    return nil, err
+  if r == nil then return nil, err end
+  if type(r) == "table" and r[1] == "conflict" then
+    local c = b.check_of[r[2]]
+    return nil, common.conflict_error(thread_id, c.ns, c[2] ~= "" and c[2] or nil, r[3])
   end
   return true
 end
@@ -313,8 +311,8 @@ local function fetch(self, cfg, ns, ids)
   local out = {}
   for i, id in ipairs(ids) do
     local a, b = res[2 * i - 1], res[2 * i]
-    if type(a) == "table" and a[1] == false then return nil, "redis: " .. a[2] end
-    if type(b) == "table" and b[1] == false then return nil, "redis: " .. b[2] end
+    if type(a) == "table" and a[1] == false then return nil, errors.wrap(a[2], nil, "redis: " .. a[2]) end
+    if type(b) == "table" and b[1] == false then return nil, errors.wrap(b[2], nil, "redis: " .. b[2]) end
     local t, terr = tuple(cfg, ns, id, a, b)
     if terr then return nil, terr end
     if t then out[#out + 1] = t end

@@ -514,7 +514,7 @@ function _M.to_writes(res, resume, scratch)
     end
     w[#w + 1] = { "__interrupt__", list }
   else
-    w[#w + 1] = { "__error__", res.error }
+    w[#w + 1] = { "__error__", tostring(res.error) }   -- stored as its message
   end
   return w
 end

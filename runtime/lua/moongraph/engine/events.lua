@@ -61,7 +61,7 @@ function _M.task_finished(run, t, res)
   end
   if m.tasks or m.debug then
     local data = { event = "result", name = t.node, id = t.id, send = t.send, status = res.status,
-      result = res.update, error = res.error, interrupts = res.interrupts, ran = res.ran,
+      result = res.update, error = res.error and tostring(res.error), interrupts = res.interrupts, ran = res.ran,
       cached = res.cached, failed = res.failed, attempts = res.attempts,
       duration = res.duration, chain = res.chain }
     emit(run, "tasks", t.node, t.id, data)

@@ -36,6 +36,8 @@ local type, pairs, ipairs, tostring, error, pcall, next, setmetatable =
   type, pairs, ipairs, tostring, error, pcall, next, setmetatable
 local table_concat = table.concat
 
+local errors = require "moongraph.errors"
+local saver_failed = errors.saver_failed
 local tasks = require "moongraph.tasks"
 local control = require "moongraph.control"
 local algo = require "moongraph.engine.algo"
@@ -351,10 +353,11 @@ local function saved(run, cfg)
   end
   local ok, got, err = pcall(saver.get, saver, {
     thread_id = run.thread_id, checkpoint_ns = run.ns, checkpoint_id = want_id })
-  if not ok then return nil, nil, "checkpointer get failed: " .. tostring(got) end
-  if got == nil and err then return nil, nil, "checkpointer get failed: " .. tostring(err) end
+  if not ok then return nil, nil, saver_failed("get", got) end
+  if got == nil and err then return nil, nil, saver_failed("get", err) end
   if want_id and got == nil then
-    return nil, nil, "checkpoint '" .. tostring(want_id) .. "' not found in thread '" .. run.thread_id .. "'"
+    return nil, nil, errors.new("not_found",
+      "checkpoint '" .. tostring(want_id) .. "' not found in thread '" .. run.thread_id .. "'")
   end
   local latest = got and got.checkpoint.id
   if want_id then
@@ -627,10 +630,10 @@ function _M.update_state(app, cfg, values, as_node, graph)
   local saver = app.checkpointer
   writer.settle(saver, run.thread_id)
   local ok, tuple, err = pcall(saver.get, saver, cfg)
-  if not ok then return nil, "checkpointer get failed: " .. tostring(tuple) end
+  if not ok then return nil, saver_failed("get", tuple) end
   if tuple == nil and err then return nil, err end
   if cfg.checkpoint_id and not tuple then
-    return nil, "checkpoint '" .. tostring(cfg.checkpoint_id) .. "' not found"
+    return nil, errors.new("not_found", "checkpoint '" .. tostring(cfg.checkpoint_id) .. "' not found")
   end
   local lok, latest = pcall(saver.get, saver, { thread_id = cfg.thread_id, checkpoint_ns = run.ns })
   run.last_id = lok and latest and latest.checkpoint.id or nil

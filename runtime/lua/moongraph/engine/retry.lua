@@ -13,6 +13,7 @@ retry_on(err) decides which errors are.
 local type, tostring, pcall, xpcall = type, tostring, pcall, xpcall
 local math_random = math.random
 
+local errors = require "moongraph.errors"
 local tasks = require "moongraph.tasks"
 local control = require "moongraph.control"
 local branch = require "moongraph.engine.branch"
@@ -42,7 +43,8 @@ local function attempt_timed(call, spec, input, ctx)
   local ok, a, b = tasks.timeout(spec.timeout, attempt, call, spec, input, ctx)
   if ok then return a, b end
   if a == "timeout" then
-    return false, "node '" .. spec.name .. "' timed out after " .. spec.timeout .. " s"
+    return false, errors.new("timeout", "node '" .. spec.name .. "' timed out after " .. spec.timeout .. " s",
+      { retryable = true })
   end
   return false, a
 end

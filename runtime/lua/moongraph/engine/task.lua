@@ -28,6 +28,7 @@ nothing into the plan entry `t` (plans of plain runs are shared).
 
 local type, tostring, xpcall, pcall, getmetatable = type, tostring, xpcall, pcall, getmetatable
 
+local errors = require "moongraph.errors"
 local tasks = require "moongraph.tasks"
 local text = require "moongraph.text"
 local control = require "moongraph.control"
@@ -44,6 +45,14 @@ local now = tasks.now
 local _M = {}
 
 local short_error = text.error_message
+
+-- A node's failure as an error value: code "node_failed", details.node,
+-- the cause (the node's own error) kept, its retryable too. A string cause
+-- keeps its traceback in the message, as before.
+local function node_failed(node, what, cause)
+  local msg = type(cause) == "string" and cause or tostring(short_error(cause))
+  return errors.wrap(cause, "node_failed", what .. " failed: " .. msg, { node = node })
+end
 
 -- One attempt of a node: a function, or a compiled graph run as a subgraph.
 local function call_node(spec, input, ctx)
@@ -109,8 +118,7 @@ local function run_policies(run, name, input, ctx)
     else
       local what = "node '" .. spec.name .. "'"
       if chain then what = what .. " (fallback of '" .. name .. "')" end
-      if type(v) ~= "string" then v = tostring(short_error(v)) end
-      return false, what .. " failed: " .. v, spec.name, attempts, chain
+      return false, node_failed(spec.name, what, v), spec.name, attempts, chain
     end
   end
 end
@@ -153,8 +161,7 @@ function _M.run(run, t, reuse)
       ok, v = true, control.Command { update = v.command.update, to = v.command.to }
     end
     if not ok and not is_interrupt(v) then
-      if type(v) ~= "string" then v = tostring(short_error(v)) end
-      v = "node '" .. ran .. "' failed: " .. v
+      v = node_failed(ran, "node '" .. ran .. "'", v)
     end
   else
     ok, v, ran, attempts, chain, cached, failed = run_policies(run, t.node, input, ctx)

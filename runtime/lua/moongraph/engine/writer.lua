@@ -67,6 +67,7 @@ local BATCH = 64
 -- I/O queues none
 local GATHER_PASSES = 8
 
+local errors = require "moongraph.errors"
 local tasks = require "moongraph.tasks"
 local json = require "moongraph.json"
 local copy, copy_state = json.copy, json.copy_state
@@ -108,7 +109,7 @@ end
 
 -- a saver call that raised (ok false) or returned nil, err
 local function failed(w, op, ok, r1, r2)
-  w.err = "checkpointer " .. op .. " failed: " .. tostring(ok and r2 or r1)
+  w.err = errors.saver_failed(op, ok and r2 or r1)
 end
 
 -- a write is about to be handed to the saver: the first one calls on_save
@@ -155,8 +156,8 @@ local function batch_call(w, list)
     local ok, r1, r2 = pcall(w.saver.put_batch, w.saver, list)  -- in the writer task
     if ok and r1 ~= nil then return end
     local err = ok and r2 or r1
-    if not ok or attempt > #RETRY or tostring(err):find("checkpoint conflict", 1, true) then
-      w.err = "checkpointer put_batch failed: " .. tostring(err)
+    if not ok or attempt > #RETRY or errors.has(err, "conflict") then
+      failed(w, "put_batch", true, nil, err)
       return
     end
     tasks.sleep(RETRY[attempt])

@@ -15,6 +15,7 @@ the session with DELETE. With listen = true a GET stream is also kept open
 for messages the server sends outside any request.
 ]]
 
+local errors = require "moongraph.errors"
 local core = require "moongraph.core"
 local http = require "moongraph.http"
 local jsonrpc = require "moongraph.mcp.jsonrpc"
@@ -121,14 +122,17 @@ function Client:_exchange(method, body)
   if failure then return nil, failure end
   if status == 202 or (status == 200 and method ~= "POST") then return true end
   if status == 404 and self.session_id then
-    return nil, "the server does not know this session any more (HTTP 404); reconnect"
+    return nil, errors.new("not_found", "the server does not know this session any more (HTTP 404); reconnect",
+      { details = { status = 404 } })
   end
   if status < 200 or status >= 300 then
     local text = table_concat(raw)
     local v = cjson.decode(text)
     local msg = type(v) == "table" and type(v.error) == "table" and v.error.message or text
     if #tostring(msg) > 300 then msg = string_sub(tostring(msg), 1, 300) .. "..." end
-    return nil, string_format("HTTP %d from the server: %s", status, tostring(msg))
+    return nil, errors.new(status == 405 and "unsupported" or status >= 500 and "unavailable" or "failed",
+      string_format("HTTP %d from the server: %s", status, tostring(msg)),
+      { retryable = status >= 500 or status == 429, details = { status = status } })
   end
   local mt = media_type(res)
   if mt == "application/json" then
@@ -167,7 +171,8 @@ end
 
 function Client:_listen()
   local ok, err = self:_exchange("GET", nil)
-  if not ok and not err:find("^HTTP 405") and self.session then
+  -- (a server that offers no GET stream answers 405: nothing to report)
+  if not ok and not errors.has(err, "unsupported") and self.session then
     self.session:report("mcp http: the GET stream failed: " .. tostring(err))
   end
   self.listener = nil

@@ -12,6 +12,7 @@
 -- of the list so the next lookup asks it first. The caller checks with ROLE
 -- that the address really is a master before using it.
 
+local errors = require "moongraph.errors"
 local craw = require("moongraph.core").redis
 
 local type, tonumber, tostring = type, tonumber, tostring
@@ -95,7 +96,7 @@ function _M.master_addr(cfg)
       if i > 1 then insert(list, 1, remove(list, i)) end
       return host, port
     end
-    errs[#errs + 1] = port
+    errs[#errs + 1] = tostring(port)
     permanent = permanent and perm == true
   end
   return nil, format("redis-sentinel: no sentinel gave the address of master '%s' (%s)",
@@ -105,7 +106,7 @@ end
 -- An error reply from a node that is no master (any more), or not ready
 -- yet: the command did not run, and the master is to be looked up again.
 function _M.demoted(err)
-  return type(err) == "string" and (err:find("^READONLY") ~= nil or err:find("^LOADING") ~= nil)
+  return errors.has(err, "redis:READONLY", "redis:LOADING")
 end
 
 return _M

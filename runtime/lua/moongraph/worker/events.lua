@@ -187,8 +187,21 @@ function Emitter:next_id()
   return prefix .. (SEQ[seq] or tostring(seq))
 end
 
-local function already_there(e)
-  return type(e) == "string" and e:find("equal or smaller", 1, true) ~= nil
+-- stream ids "ms-seq": a <= b
+local function id_le(a, b)
+  local am, as = a:match("^(%d+)-(%d+)$")
+  local bm, bs = b:match("^(%d+)-(%d+)$")
+  if not (am and bm) then return false end
+  am, as, bm, bs = tonumber(am), tonumber(as), tonumber(bm), tonumber(bs)
+  return am < bm or (am == bm and as <= bs)
+end
+
+-- An XADD refused because the stream already reaches its id: the batch
+-- went through before (a retry after a lost reply). Asked of the stream.
+local function already_there(self, id)
+  local top = self.redis:call("XREVRANGE", self.key, "+", "-", "COUNT", 1)
+  local last = type(top) == "table" and type(top[1]) == "table" and top[1][1]
+  return type(last) == "string" and id_le(id, last)
 end
 
 -- The writer task: sends queued events in order until closed.
@@ -254,7 +267,7 @@ function Emitter:run()
       if not res then failed("XADD", err) goto continue end
       for i = 1, #res - (expiring and 1 or 0) do
         local r = res[i]
-        if type(r) == "table" and r[1] == false and not already_there(r[2]) then
+        if type(r) == "table" and r[1] == false and not already_there(self, cmds[i][6]) then
           failed("XADD", r[2])
           goto continue
         end

@@ -25,6 +25,7 @@
 -- worker, Postgres (job_results keyed by job_id) makes its result unique,
 -- and a crashed worker's jobs are claimed by the others.
 
+local errors = require "moongraph.errors"
 local mg = require "moongraph"
 local core = require "moongraph.core"
 local redis_mod = require "moongraph.redis"
@@ -97,6 +98,9 @@ local function with_retry(log, what, limit, fn)
     local ok, v, err = pcall(fn)
     if not ok then return nil, tostring(v) end
     if v then return v end
+    -- a refusal waiting cannot heal (a wrong password, a permission): stop
+    -- now and say so, rather than retry until the limit
+    if errors.is(err) and not err.retryable then return nil, what .. ": " .. tostring(err) end
     if mg.now() + delay > deadline then return nil, what .. ": " .. tostring(err) end
     log:warn(what .. " failed; retrying", { error = tostring(err), retry_in = delay })
     mg.sleep(delay)

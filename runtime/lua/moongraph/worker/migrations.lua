@@ -28,6 +28,7 @@
 -- tables that now belong to an application script's own scope; it stays
 -- recorded in old databases and is never reused (RETIRED).
 
+local errors = require "moongraph.errors"
 local ipairs, tostring, type, error = ipairs, tostring, type, error
 local math_type, format = math.type, string.format
 
@@ -118,6 +119,22 @@ CREATE OR REPLACE FUNCTION moongraph_result_refused(reason text) RETURNS integer
 ALTER TABLE thread_fences ADD COLUMN commits bigint NOT NULL DEFAULT 0;
 ]],
   },
+  {
+    -- each refusal its own SQLSTATE (class MG: ours), so that the worker
+    -- knows which without reading the message (moongraph.worker.results)
+    version = 7,
+    name = "a refused job result says why in its SQLSTATE",
+    sql = [[
+CREATE OR REPLACE FUNCTION moongraph_result_refused(reason text) RETURNS integer
+  LANGUAGE plpgsql AS $f$
+  BEGIN
+    IF reason = 'stale' THEN
+      RAISE EXCEPTION 'moongraph job result refused: %', reason USING ERRCODE = 'MGR01';
+    END IF;
+    RAISE EXCEPTION 'moongraph job result refused: %', reason USING ERRCODE = 'MGR02';
+  END $f$;
+]],
+  },
 }
 
 -- The record table, and its upgrade from the time it had no scope column
@@ -206,11 +223,11 @@ function _M.migrate(db, scopes)
   if not list then return nil, lerr, true end
   local a, b = db:transaction(function(tx)
     local ok, err = tx:query("SELECT pg_advisory_xact_lock($1)", { _M.LOCK_KEY })
-    if not ok then error("migrations: cannot take the lock: " .. tostring(err), 0) end
+    if not ok then error(errors.wrap(err, nil, "migrations: cannot take the lock: " .. tostring(err)), 0) end
     ok, err = tx:exec(BOOTSTRAP)
-    if not ok then error("migrations: " .. tostring(err), 0) end
+    if not ok then error(errors.wrap(err, nil, "migrations: " .. tostring(err)), 0) end
     local rows, qerr = tx:query("SELECT scope, version, name FROM moongraph_worker_migrations")
-    if not rows then error("migrations: " .. tostring(qerr), 0) end
+    if not rows then error(errors.wrap(qerr, nil, "migrations: " .. tostring(qerr)), 0) end
     local have = {}
     for _, r in ipairs(rows) do have[r.scope .. "\0" .. r.version] = r end
     local applied, listed = {}, {}
@@ -233,14 +250,12 @@ function _M.migrate(db, scopes)
           if not ok then
             local msg = format("migration %d (%s) of scope '%s' failed: %s", m.version, m.name, s.scope,
               tostring(err))
-            if type(state) == "string" and not TRANSIENT[state:sub(1, 2)] then
-              error({ msg = msg, permanent = true }, 0)
-            end
-            error(msg, 0)
+            local permanent = type(state) == "string" and not TRANSIENT[state:sub(1, 2)] or nil
+            error(errors.wrap(err, nil, msg, { permanent = permanent }), 0)
           end
           ok, err = tx:query("INSERT INTO moongraph_worker_migrations (scope, version, name) VALUES ($1, $2, $3)",
             { s.scope, m.version, m.name })
-          if not ok then error("migrations: " .. tostring(err), 0) end
+          if not ok then error(errors.wrap(err, nil, "migrations: " .. tostring(err)), 0) end
           applied[#applied + 1] = { scope = s.scope, version = m.version, name = m.name }
         end
       end
@@ -254,7 +269,7 @@ function _M.migrate(db, scopes)
     end
     return applied, unknown
   end)
-  if a == nil and type(b) == "table" then return nil, b.msg, b.permanent end
+  if a == nil then return nil, b, errors.is(b) and b.details.permanent or nil end
   return a, b
 end
 
@@ -263,7 +278,7 @@ function _M.current(db, scope)
   local rows, err = db:query([[
 SELECT coalesce(max(version), 0) AS v FROM moongraph_worker_migrations WHERE scope = $1]], { scope or _M.SCOPE })
   if not rows then
-    if tostring(err):find('"moongraph_worker_migrations" does not exist', 1, true) then return 0 end
+    if errors.has(err, "pg:42P01") then return 0 end   -- undefined_table: none recorded yet
     return nil, err
   end
   return rows[1].v

@@ -21,6 +21,7 @@
 
 local type, tostring, tonumber, ipairs, pairs, setmetatable, unpack =
   type, tostring, tonumber, ipairs, pairs, setmetatable, table.unpack
+local errors = require "moongraph.errors"
 local floor = math.floor
 
 local _M = {}
@@ -39,7 +40,7 @@ end
 function Q:ensure_group()
   local r, err = self.redis:call("XGROUP", "CREATE", self.stream, self.group, "0", "MKSTREAM")
   if r then return true end
-  if tostring(err):find("BUSYGROUP", 1, true) then return true end
+  if errors.has(err, "redis:BUSYGROUP") then return true end
   return nil, err
 end
 
@@ -58,7 +59,7 @@ function Q:read(count, block)
   local res, err = self.redis:call("XREADGROUP", "GROUP", self.group, self.consumer,
     "COUNT", count, "BLOCK", floor(block * 1000), "STREAMS", self.stream, ">")
   if not res then
-    if tostring(err):find("NOGROUP", 1, true) then
+    if errors.has(err, "redis:NOGROUP") then
       local ok, gerr = self:ensure_group()
       if not ok then return nil, gerr end
       return {}
@@ -74,7 +75,7 @@ function Q:claim(count, min_idle)
   local res, err = self.redis:call("XAUTOCLAIM", self.stream, self.group, self.consumer,
     floor(min_idle * 1000), self.cursor, "COUNT", count)
   if not res then
-    if tostring(err):find("NOGROUP", 1, true) then
+    if errors.has(err, "redis:NOGROUP") then
       local ok, gerr = self:ensure_group()
       if not ok then return nil, gerr end
       return {}
@@ -198,6 +199,7 @@ end
 
 local REAP = [[
 local removed = {}
+if redis.call('EXISTS', KEYS[1]) == 0 then return removed end
 local cs = redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])
 for _, c in ipairs(cs) do
   local name, pending, idle
@@ -223,7 +225,7 @@ function Q:reap(min_idle, heartbeat_prefix)
   local res, err = self.redis:call("EVAL", REAP, 1, self.stream, self.group, self.consumer,
     floor(min_idle * 1000), heartbeat_prefix)
   if not res then
-    if tostring(err):find("NOGROUP", 1, true) or tostring(err):find("no such key", 1, true) then return {} end
+    if errors.has(err, "redis:NOGROUP") then return {} end
     return nil, err
   end
   return type(res) == "table" and res or {}

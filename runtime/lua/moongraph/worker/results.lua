@@ -29,6 +29,7 @@
 --                                       -- and a script's reads, in the same round trip
 --   results.commit(db, row, also, { thread_id =, token = })
 
+local errors = require "moongraph.errors"
 local pg = require "moongraph.pg"
 local json = require "moongraph.json"
 
@@ -73,6 +74,12 @@ ON CONFLICT (thread_id) DO UPDATE SET token = EXCLUDED.token, updated_at = now()
 RETURNING commits]]
 
 _M.STALE = "stale lease: a later run of the thread holds it"
+
+-- The error of a commit refused because a later run holds the thread
+-- (code "stale": nothing to retry).
+local function stale()
+  return errors.new("stale", _M.STALE)
+end
 
 local CLAIM_AND_GET = [[
 WITH f AS (]] .. FENCE .. [[)
@@ -154,13 +161,13 @@ SELECT CASE WHEN NOT EXISTS (SELECT 1 FROM f) THEN moongraph_result_refused('sta
   WHEN NOT EXISTS (SELECT 1 FROM i) THEN moongraph_result_refused('stored')
   ELSE 1 END AS ok]]
 
--- (the refusals as moongraph_result_refused, worker migration 5, raises them)
-local REFUSED_STALE = "moongraph job result refused: stale"
-local REFUSED_STORED = "moongraph job result refused: stored"
+-- the refusals' SQLSTATEs (moongraph_result_refused, worker migration 7)
+local REFUSED_STALE = "pg:MGR01"
+local REFUSED_STORED = "pg:MGR02"
 
 local function stored_row(tx, job_id)
   local old, err = _M.get(tx, job_id)
-  if not old then error("job_results: " .. tostring(err), 0) end
+  if not old then error(errors.wrap(err, nil, "job_results: " .. tostring(err)), 0) end
   return old
 end
 
@@ -186,7 +193,7 @@ function _M.commit(db, row, also, fence, cleanup)
   local function clean(tx)
     if not cleanup then return end
     local ok, cerr = cleanup(tx)
-    if not ok then error("cleanup: " .. tostring(cerr), 0) end
+    if not ok then error(errors.wrap(cerr, nil, "cleanup: " .. tostring(cerr)), 0) end
   end
   local function record(tx)
     if not also then return end
@@ -199,13 +206,12 @@ function _M.commit(db, row, also, fence, cleanup)
       clean(tx)
       record(tx)
       local sent, serr = tx:send(FENCED_INSERT, values)
-      if not sent then error("job_results: " .. tostring(serr), 0) end
+      if not sent then error(errors.wrap(serr, nil, "job_results: " .. tostring(serr)), 0) end
       return true
     end)
     if ok then return true, row end
-    err = tostring(err)
-    if err:find(REFUSED_STALE, 1, true) then return nil, _M.STALE end
-    if not err:find(REFUSED_STORED, 1, true) then return nil, err end
+    if errors.has(err, REFUSED_STALE) then return nil, stale() end
+    if not errors.has(err, REFUSED_STORED) then return nil, err end
     return db:transaction(function(tx)
       clean(tx)
       return false, stored_row(tx, row.job_id)
@@ -213,7 +219,7 @@ function _M.commit(db, row, also, fence, cleanup)
   end
   return db:transaction(function(tx)
     local rows, err = tx:query(INSERT, values)
-    if not rows then error("job_results: " .. tostring(err), 0) end
+    if not rows then error(errors.wrap(err, nil, "job_results: " .. tostring(err)), 0) end
     clean(tx)
     if rows[1] then
       record(tx)

@@ -55,6 +55,7 @@
 -- or the job is cancelled (drain, lost lease), and a later attempt picks
 -- up from step 2.
 
+local errors = require "moongraph.errors"
 local mg = require "moongraph"
 local json = require "moongraph.json"
 local cjson = require("cjson.safe").new()
@@ -161,7 +162,7 @@ local function commit_result(W, row, also, fence, cleanup)
     return true, stored
   end
   local err = ok and stored or inserted
-  if tostring(err):find(results.STALE, 1, true) then return nil, FENCED end
+  if errors.has(err, "stale") then return nil, FENCED end
   return nil, err
 end
 
@@ -173,19 +174,10 @@ local function release_thread(js)
 end
 
 -- Errors of an infrastructure that is away for a moment (a restart, a
--- failover, a full pool): worth retrying in place.
-local TRANSIENT = {
-  "cannot connect", "connection lost", "connection closed", "connection refused",
-  "server closed the connection", "terminating connection", "the database system is",
-  "no connection free", "timeout after", "LOADING ", "TRYAGAIN", "MASTERDOWN", "READONLY ",
-}
-local function transient(err)
-  local s = tostring(err)
-  for i = 1, #TRANSIENT do
-    if s:find(TRANSIENT[i], 1, true) then return true end
-  end
-  return false
-end
+-- failover, a full pool): worth retrying in place. The client that made
+-- the error knows (its retryable), also through the wraps of a node's or a
+-- checkpointer's failure.
+local transient = errors.retryable
 _M.transient = transient
 
 -- Attempts at a step whose error is not known to be transient (a
@@ -801,7 +793,7 @@ function _M.run(W, entry, js)
       state, rerr = run_graph(W, js, script, tup and nil or input, run_cfg, em, log, entry.deliveries or 1,
         math.max(0, deadline - mg.now()))
     end
-    if state or not tostring(rerr):find("^checkpointer ") then break end
+    if state or not errors.has(rerr, "checkpointer") then break end
     -- the checkpointer failed under the run
     failures = failures + 1
     local again = transient(rerr) or failures < _M.OTHER_ATTEMPTS
@@ -854,7 +846,7 @@ function _M.run(W, entry, js)
     end
   else
     row.status, row.error, row.state = "failed", first_line(rerr), {}
-    extra.node = tostring(rerr):match("^node '([^']+)'")
+    extra.node = public_error.node_of(rerr)
   end
   local stored
   local record = hooks.record
