@@ -158,10 +158,14 @@ static int valid_host(const char *s, size_t n) {
     if (i == n) return 0;
     i++;
   } else {
-    static const char *extra = "-._~!$&'()*+,;=%";
+    /* reg-name: unreserved, sub-delims and pct-encoded bytes */
+    static unsigned char ok[256];
+    if (!ok['a']) {
+      for (int c = 0; c < 256; c++) ok[c] = isalnum(c) != 0;
+      for (const char *e = "-._~!$&'()*+,;=%"; *e; e++) ok[(unsigned char)*e] = 1;
+    }
     while (i < n && s[i] != ':') {
-      unsigned char c = (unsigned char)s[i];
-      if (!isalnum(c) && !strchr(extra, c)) return 0;
+      if (!ok[(unsigned char)s[i]]) return 0;
       i++;
     }
   }

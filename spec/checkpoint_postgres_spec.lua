@@ -30,7 +30,7 @@ describe("postgres checkpoint saver", function()
         local db = assert(pg.connect(url))
         assert.equal(#postgres.migrations, postgres.migrate(db))
         assert.equal(0, postgres.migrate(db))
-        local rows = assert(db:query("SELECT version, name FROM moongraph_migrations ORDER BY version"))
+        local rows = assert(db:query("SELECT version, name FROM moongraph_schema WHERE scope = 'checkpoint' ORDER BY version"))
         assert.equal(#postgres.migrations, #rows)
         for i, m in ipairs(postgres.migrations) do
           assert.equal(m.version, rows[i].version)
@@ -49,7 +49,7 @@ describe("postgres checkpoint saver", function()
         for i, m in ipairs(postgres.migrations) do more[i] = m end
         more[#more + 1] = { version = 99, name = "extra table", sql = "CREATE TABLE extra_t (a int)" }
         assert.equal(#more - 1, postgres.migrate(db, more))
-        assert.equal(#more, db:query("SELECT count(*) AS c FROM moongraph_migrations")[1].c)
+        assert.equal(#more, db:query("SELECT count(*) AS c FROM moongraph_schema WHERE scope = 'checkpoint'")[1].c)
       end)
     end)
 
@@ -63,7 +63,7 @@ describe("postgres checkpoint saver", function()
         }
         local n, err = postgres.migrate(db, bad)
         assert.is_nil(n)
-        assert.matches("migration 2 %(bad%) failed", err)
+        assert.matches("migration 2 %(bad%) of scope 'checkpoint' failed", err)
         -- the first migration's table is not there (and the query did run)
         local rows, qerr, state = db:query("SELECT * FROM good_t")
         assert.is_nil(rows)
@@ -111,10 +111,10 @@ describe("postgres checkpoint saver", function()
       assert.same({ 0, 0, 0, #postgres.migrations }, applied)
       mg.run(function()
         local db = assert(pg.connect(url))
-        assert.equal(#postgres.migrations, db:query("SELECT count(*) AS c FROM moongraph_migrations")[1].c)
+        assert.equal(#postgres.migrations, db:query("SELECT count(*) AS c FROM moongraph_schema WHERE scope = 'checkpoint'")[1].c)
         local t = db:query([[SELECT count(*) AS c FROM information_schema.tables
           WHERE table_name LIKE 'moongraph_%']])[1].c
-        assert.equal(5, t)   -- migrations, checkpoints, blobs, writes, heads
+        assert.equal(5, t)   -- schema (the migrations), checkpoints, blobs, writes, heads
         -- and the schema works
         local s = postgres.new(db)
         assert(s:put({ thread_id = "t" }, { v = 1, id = "0001", step = 0, values = { a = 1 }, next = {} }, {}))
@@ -150,7 +150,7 @@ describe("postgres checkpoint saver", function()
         local tup = assert(s:get { thread_id = "old" })
         assert.equal("0000000000000002", tup.checkpoint.id)
         assert.same({ n = 2, msg = "안녕" }, tup.checkpoint.values)
-        assert.equal(#postgres.migrations, db:query("SELECT max(version) AS v FROM moongraph_migrations")[1].v)
+        assert.equal(#postgres.migrations, db:query("SELECT max(version) AS v FROM moongraph_schema WHERE scope = 'checkpoint'")[1].v)
         local first = assert(s:get { thread_id = "old", checkpoint_id = "0000000000000001" })
         assert.same({ { "1:b", "n", 2 } }, first.pending_writes)
         -- a write that extends its latest checkpoint goes on; one that extends the older is refused

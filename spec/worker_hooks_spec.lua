@@ -167,7 +167,7 @@ describe("moongraph worker with a script of its own", function()
       local rec = assert(db:query("SELECT job_id, answer, status FROM hookspec_records"))
       assert.same({ { job_id = "hooked", answer = "SAID HELLO", status = "done" } }, rec)
       -- the script's schema went in under its own scope
-      local m = assert(db:query("SELECT scope, version FROM moongraph_worker_migrations WHERE scope = 'hookspec'"))
+      local m = assert(db:query("SELECT scope, version FROM moongraph_schema WHERE scope = 'hookspec'"))
       assert.same({ { scope = "hookspec", version = 1 } }, m)
     end)
     stop(w)
@@ -324,7 +324,7 @@ describe("moongraph worker with a script of its own", function()
       local r, db = env:conns()
       local c = assert(client.connect { redis = r })
       local function versions()
-        local rows = assert(db:query("SELECT version FROM moongraph_worker_migrations WHERE scope = 'grows' ORDER BY version"))
+        local rows = assert(db:query("SELECT version FROM moongraph_schema WHERE scope = 'grows' ORDER BY version"))
         local out = {}
         for i, row in ipairs(rows) do out[i] = row.version end
         return out

@@ -23,8 +23,8 @@ end
 
 local APP = { { version = 1, name = "notes", sql = "CREATE TABLE app_notes (id text PRIMARY KEY)" } }
 
-local function recorded(db)
-  local rows = assert(db:query("SELECT scope, version FROM moongraph_worker_migrations ORDER BY scope, version"))
+local function recorded(db, tbl)
+  local rows = assert(db:query("SELECT scope, version FROM " .. (tbl or "moongraph_schema") .. " ORDER BY scope, version"))
   local out = {}
   for i, r in ipairs(rows) do out[i] = r.scope .. ":" .. r.version end
   return out
@@ -123,6 +123,13 @@ describe("worker migrations", function()
       -- a result stored before the upgrade reads back the same
       local old = assert(require("moongraph.worker.results").get(db, "old-j1"))
       assert.same({ intent = "waste", turn = 1 }, old.state)
+      -- the table of earlier versions is kept in step with the new one
+      -- (the Store's scope, which Eco² migration 2 brought in, has its own)
+      local kept = {}
+      for _, v in ipairs(recorded(db)) do
+        if not v:find("^store:") then kept[#kept + 1] = v end
+      end
+      assert.same(kept, recorded(db, "moongraph_worker_migrations"))
       return x, u, recorded(db), r[1].n
     end)
     local prof = mg.run(function()
@@ -139,7 +146,9 @@ describe("worker migrations", function()
                   { scope = "eco", version = 2, name = "user profiles in the Store" },
                   { scope = "eco", version = 3, name = "messages without a foreign key" } }, applied)
     assert.same({}, unknown)                 -- worker:2 is retired, not unknown
-    assert.same({ "eco:1", "eco:2", "eco:3", "worker:1", "worker:2", "worker:3", "worker:4", "worker:5", "worker:6", "worker:7" }, rec)
+    -- one record table for every scope: the Store's, set up by Eco² migration 2, too
+    assert.same({ "eco:1", "eco:2", "eco:3", "store:1", "store:2", "worker:1", "worker:2", "worker:3", "worker:4",
+                  "worker:5", "worker:6", "worker:7" }, rec)
     assert.equal(2, rows)
     -- the old profile row, now in the Store
     assert.same({ last_location = "서울특별시 강남구", last_intent = "waste", intents = { waste = 1 }, turns = 1 }, prof)
@@ -191,7 +200,7 @@ WHERE i.indrelid = 'moongraph_worker_migrations'::regclass AND i.indisprimary]],
     local unknown, again = mg.run(function()
       local db = assert(pg.connect(url))
       assert(migrations.migrate(db))
-      assert(db:query("INSERT INTO moongraph_worker_migrations (scope, version, name) VALUES ('worker', 9, 'from a newer worker')"))
+      assert(db:query("INSERT INTO moongraph_schema (scope, version, name) VALUES ('worker', 9, 'from a newer worker')"))
       local _, u = assert(migrations.migrate(db))
       return u, assert(migrations.migrate(db))
     end)

@@ -30,6 +30,7 @@ its rows, its jobs' results, its checkpoints and (through the script's
 `erase` hook) what the application keeps of the thread.
 ]]
 
+local migrations = require "moongraph.migrations"
 local pg = require "moongraph.pg"
 local redis = require "moongraph.redis"
 local json = require "moongraph.json"
@@ -72,6 +73,13 @@ CREATE TABLE IF NOT EXISTS chat_messages (
 CREATE INDEX IF NOT EXISTS chat_messages_conversation ON chat_messages (conversation_id, created_at);
 ]]
 
+-- The Chat API's tables: the scope "chat" of moongraph.migrations (its
+-- first step creates only what is missing: earlier versions made the same
+-- tables without recording it).
+_M.migrations = {
+  { version = 1, name = "conversations and messages", sql = SCHEMA },
+}
+
 local title_of = require("moongraph.api.chat").title
 
 local function null_to_nil(v)
@@ -94,12 +102,7 @@ function _M.new(opts)
   if not conn then return nil, "redis: " .. tostring(rerr) end
   local db, perr = pg.pool(opts.pg, { size = opts.pool_size or 32 })
   if not db then conn:close(); return nil, "postgres: " .. tostring(perr) end
-  -- one schema change at a time among serve processes starting together
-  local ok, merr = db:transaction(function(tx)
-    assert(tx:query("SELECT pg_advisory_xact_lock(hashtext('moongraph chat schema'))"))
-    assert(tx:exec(SCHEMA))
-    return true
-  end)
+  local ok, merr = migrations.migrate(db, { { scope = "chat", list = _M.migrations } })
   if not ok then conn:close(); db:close(); return nil, "postgres: " .. tostring(merr) end
   local prefix = opts.prefix or "moongraph"
   local self = setmetatable({

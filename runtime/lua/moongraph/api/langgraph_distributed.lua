@@ -16,7 +16,8 @@ behind a load balancer.
   })
   -- the methods moongraph.api.langgraph calls (see moongraph.api.embedded)
 
-Tables: moongraph.worker.langgraph.SCHEMA (created here if missing).
+Tables: moongraph.worker.langgraph.migrations (the scope "langgraph" of
+moongraph.migrations, applied here).
 
 A run is accepted once its row is committed and its job is on the stream
 (its `metadata` event first in the job's event stream); event ids are the
@@ -30,6 +31,7 @@ it watches; one still pending is marked interrupted here and ends at once.
 ]]
 
 local mg = require "moongraph"
+local migrations = require "moongraph.migrations"
 local pg = require "moongraph.pg"
 local redis = require "moongraph.redis"
 local json = require "moongraph.json"
@@ -103,12 +105,7 @@ function _M.new(opts)
   if not conn then return nil, "redis: " .. tostring(rerr) end
   local db, perr = pg.pool(opts.pg, { size = opts.pool_size or 32 })
   if not db then conn:close(); return nil, "postgres: " .. tostring(perr) end
-  -- one schema change at a time among serve processes starting together
-  local ok, merr = db:transaction(function(tx)
-    assert(tx:query("SELECT pg_advisory_xact_lock(hashtext('moongraph langgraph schema'))"))
-    assert(tx:exec(lg.SCHEMA))
-    return true
-  end)
+  local ok, merr = migrations.migrate(db, { { scope = "langgraph", list = lg.migrations } })
   if not ok then conn:close(); db:close(); return nil, "postgres: " .. tostring(merr) end
   local prefix = opts.prefix or "moongraph"
   return setmetatable({

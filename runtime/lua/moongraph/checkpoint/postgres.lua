@@ -6,7 +6,8 @@ moongraph.checkpoint.postgres — the durable checkpoint saver on PostgreSQL.
 
 Tables (created by versioned migrations, see `migrations` below):
 
-  moongraph_migrations          version, name, applied_at
+  moongraph_schema              the migrations applied (scope "checkpoint";
+                                moongraph.migrations)
   moongraph_checkpoints         one row per checkpoint: the checkpoint without
                                 its state values, metadata, parent, and
                                 channel_versions (state key -> blob version)
@@ -41,6 +42,7 @@ local type, error, tostring, setmetatable, ipairs, pairs, next, rawequal =
 local format = string.format
 local sort, concat, remove = table.sort, table.concat, table.remove
 
+local schema = require "moongraph.migrations"
 local errors = require "moongraph.errors"
 local json = require "moongraph.json"
 local common = require "moongraph.checkpoint.common"
@@ -50,8 +52,8 @@ local _M = {}
 local saver = {}
 local mt = { __index = saver, __name = "moongraph.checkpoint.postgres" }
 
--- "moongrap" as a big-endian int8: the advisory lock key of the migrations
-local LOCK_KEY = string.unpack(">i8", "moongrap")
+-- the scope of this saver's migrations in moongraph.migrations
+_M.SCOPE = "checkpoint"
 
 -- The SQLSTATE moongraph_checkpoint_conflict raises (class MG: ours).
 local CONFLICT_STATE = "MGC01"
@@ -130,38 +132,11 @@ _M.migrations = {
 
 --[[ migrate(db [, migrations]) -> number applied | nil, err
 Applies the migrations `db` (a moongraph.pg connection or pool) does not
-have yet, in version order, in one transaction under an advisory lock. ]]
+have yet: the scope "checkpoint" of moongraph.migrations. ]]
 function _M.migrate(db, migrations)
-  migrations = migrations or _M.migrations
-  local list = {}
-  for i, m in ipairs(migrations) do list[i] = m end
-  sort(list, function(a, b) return a.version < b.version end)
-  return db:transaction(function(tx)
-    local function must(ok, err)
-      if not ok then error(err, 0) end
-      return ok
-    end
-    must(tx:query("SELECT pg_advisory_xact_lock($1)", { LOCK_KEY }))
-    must(tx:exec([[CREATE TABLE IF NOT EXISTS moongraph_migrations (
-      version    integer PRIMARY KEY,
-      name       text NOT NULL,
-      applied_at timestamptz NOT NULL DEFAULT now())]]))
-    local done = {}
-    for _, r in ipairs(must(tx:query("SELECT version FROM moongraph_migrations"))) do
-      done[r.version] = true
-    end
-    local applied = 0
-    for _, m in ipairs(list) do
-      if not done[m.version] then
-        local ok, err = tx:exec(m.sql)
-        if not ok then error(format("migration %d (%s) failed: %s", m.version, m.name, err), 0) end
-        must(tx:query("INSERT INTO moongraph_migrations (version, name) VALUES ($1, $2)",
-          { m.version, m.name }))
-        applied = applied + 1
-      end
-    end
-    return applied
-  end)
+  local applied, err = schema.migrate(db, { { scope = _M.SCOPE, list = migrations or _M.migrations } })
+  if not applied then return nil, err end
+  return #applied
 end
 
 function _M.new(target, opts)

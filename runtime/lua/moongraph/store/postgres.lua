@@ -33,7 +33,7 @@ SQL, after the item's advisory lock: no read, and on a transaction both
 statements are sent ahead.
 
 Migrations run once per store object, on first use, in one transaction
-under an advisory lock of their own (moongraph_store_migrations), so any
+under the advisory lock of moongraph.migrations (scope "store"), so any
 number of processes may start at once on an empty database.
 ]]
 
@@ -41,6 +41,7 @@ local type, error, tostring, pairs, ipairs, setmetatable =
   type, error, tostring, pairs, ipairs, setmetatable
 local format, concat, sort = string.format, table.concat, table.sort
 
+local schema = require "moongraph.migrations"
 local json = require "moongraph.json"
 local base = require "moongraph.store.base"
 local index_mod = require "moongraph.store.index"
@@ -51,8 +52,8 @@ local store = {}
 for k, v in pairs(base.methods) do store[k] = v end
 local mt = { __index = store, __name = "moongraph.store.postgres" }
 
--- "mgstore1" as a big-endian int8: the advisory lock of the migrations
-local LOCK_KEY = string.unpack(">i8", "mgstore1")
+-- the scope of the Store's migrations in moongraph.migrations
+_M.SCOPE = "store"
 
 _M.migrations = {
   {
@@ -89,38 +90,12 @@ _M.migrations = {
   },
 }
 
---[[ migrate(db [, migrations]) -> number applied | nil, err ]]
+--[[ migrate(db [, migrations]) -> number applied | nil, err: the scope
+"store" of moongraph.migrations ]]
 function _M.migrate(db, migrations)
-  migrations = migrations or _M.migrations
-  local list = {}
-  for i, m in ipairs(migrations) do list[i] = m end
-  sort(list, function(a, b) return a.version < b.version end)
-  return db:transaction(function(tx)
-    local function must(ok, err)
-      if not ok then error(err, 0) end
-      return ok
-    end
-    must(tx:query("SELECT pg_advisory_xact_lock($1)", { LOCK_KEY }))
-    must(tx:exec([[CREATE TABLE IF NOT EXISTS moongraph_store_migrations (
-      version    integer PRIMARY KEY,
-      name       text NOT NULL,
-      applied_at timestamptz NOT NULL DEFAULT now())]]))
-    local done = {}
-    for _, r in ipairs(must(tx:query("SELECT version FROM moongraph_store_migrations"))) do
-      done[r.version] = true
-    end
-    local applied = 0
-    for _, m in ipairs(list) do
-      if not done[m.version] then
-        local ok, err = tx:exec(m.sql)
-        if not ok then error(format("migration %d (%s) failed: %s", m.version, m.name, err), 0) end
-        must(tx:query("INSERT INTO moongraph_store_migrations (version, name) VALUES ($1, $2)",
-          { m.version, m.name }))
-        applied = applied + 1
-      end
-    end
-    return applied
-  end)
+  local applied, err = schema.migrate(db, { { scope = _M.SCOPE, list = migrations or _M.migrations } })
+  if not applied then return nil, err end
+  return #applied
 end
 
 -- Run the migrations once; callers arriving meanwhile wait for that run.
@@ -632,17 +607,7 @@ local ITEM_LOCK_SEED = string.unpack(">i8", "mgstitem")
 
 -- Has every migration been applied (and committed) already? -> bool | nil, err
 local function schema_current(db)
-  local rows, err = db:query("SELECT to_regclass('moongraph_store_migrations') IS NOT NULL AS t")
-  if not rows then return nil, err end
-  if not rows[1].t then return false end
-  rows, err = db:query("SELECT version FROM moongraph_store_migrations")
-  if not rows then return nil, err end
-  local have = {}
-  for _, r in ipairs(rows) do have[r.version] = true end
-  for _, m in ipairs(_M.migrations) do
-    if not have[m.version] then return false end
-  end
-  return true
+  return schema.applied_all(db, _M.SCOPE, _M.migrations)
 end
 
 -- A view of store `s` whose statements run on `tx`: it shares s's

@@ -19,7 +19,8 @@ stream under the LangGraph API's names (values, updates, messages, custom,
 debug, tasks, checkpoints; "mode|ns" for subgraphs; error), after the
 `metadata` event serve wrote when it queued the run, and then `done`.
 
-Tables (serve creates them: SCHEMA, idempotent; the worker updates rows):
+Tables (serve creates them: `migrations`, the scope "langgraph" of
+moongraph.migrations; the worker updates rows):
 
   langgraph_threads  thread_id, user_id, metadata, status, values, interrupts,
                      error, created_at, updated_at
@@ -75,6 +76,12 @@ CREATE TABLE IF NOT EXISTS langgraph_runs (
 );
 CREATE INDEX IF NOT EXISTS langgraph_runs_thread ON langgraph_runs (thread_id, created_at);
 ]]
+
+-- (the first step creates only what is missing: earlier versions made the
+-- same tables without recording it)
+_M.migrations = {
+  { version = 1, name = "threads and runs", sql = _M.SCHEMA },
+}
 
 -- Seconds between looks at a running run's cancel key.
 _M.CANCEL_POLL = 0.1
