@@ -67,4 +67,15 @@ describe("tools/check-deps", function()
     assert.matches("require cycle: moongraph.a -> moongraph.b -> moongraph.c -> moongraph.a", out, 1, true)
     assert.matches("exit=1", out)
   end)
+
+  it("fails on a runtime module that requires lua-cjson itself, not through moongraph.json", function()
+    local out = check(tree {
+      ["runtime/lua/moongraph/json.lua"] = 'local cjson = require "cjson.safe"',
+      ["runtime/lua/moongraph/a.lua"] = 'local cjson = require("cjson").new()',
+    })
+    assert.matches("runtime/lua/moongraph/a.lua: requires 'cjson'; the runtime's JSON goes through moongraph.json",
+      out, 1, true)
+    assert.is_nil(out:find("json.lua: requires", 1, true))
+    assert.matches("exit=1", out)
+  end)
 end)

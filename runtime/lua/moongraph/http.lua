@@ -20,7 +20,8 @@
 -- body = "".
 
 local core = require "moongraph.core"
-local cjson = require "cjson.safe"
+local json = require "moongraph.json"
+local cjson = json.wire()
 
 local chttp = core.http
 local type, pairs, ipairs, error, tostring, setmetatable, rawget =

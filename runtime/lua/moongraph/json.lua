@@ -23,8 +23,9 @@ output that another program parses.
 
 JSON null decodes to cjson.null when lua-cjson is installed (the value HTTP
 clients use), else to json.null; both encode back to null. Wire protocols
-(HTTP APIs, LLM replies) are decoded with lua-cjson directly: faster, and
-they need nothing this codec keeps.
+(HTTP APIs, LLM replies, JSON-RPC, logs) need nothing this codec keeps:
+json.wire() gives them lua-cjson, faster. This module is the runtime's one
+way to JSON; no other file requires lua-cjson.
 ]]
 
 local type, pairs, tostring, tonumber, error = type, pairs, tostring, tonumber, error
@@ -43,6 +44,21 @@ local ok_cjson, cjson = pcall(require, "cjson")
 _M.null = ok_cjson and cjson.null or setmetatable({}, { __name = "json.null",
   __tostring = function() return "null" end })
 local null = _M.null
+
+--[[ wire([opts]) -> a codec for wire protocols: lua-cjson's encode and
+decode (nil, err on failure; null is cjson.null), an instance of its own
+when opts are given: opts.raise = true raises instead, opts.invalid_numbers
+= true writes NaN and infinities rather than refusing them (logs). ]]
+local wire_default
+function _M.wire(opts)
+  if opts == nil then
+    wire_default = wire_default or require("cjson.safe").new()
+    return wire_default
+  end
+  local c = opts.raise and require("cjson").new() or require("cjson.safe").new()
+  if opts.invalid_numbers then c.encode_invalid_numbers(true) end
+  return c
+end
 
 -- An array, even when empty ([] rather than {}).
 local array_mt = { __name = "json.array" }

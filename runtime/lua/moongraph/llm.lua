@@ -26,7 +26,8 @@
 local errors = require "moongraph.errors"
 local http = require "moongraph.http"
 local failover = require "moongraph.failover"
-local cjson = require "cjson.safe"
+local json = require "moongraph.json"
+local cjson = json.wire()
 local core = require "moongraph.core"
 local context = require "moongraph.engine.context"
 local jsonschema = require "moongraph.jsonschema"

@@ -32,7 +32,8 @@
 
 local errors = require "moongraph.errors"
 local core = require("moongraph.core")
-local cjson = require("cjson").new()
+local json = require "moongraph.json"
+local cjson = json.wire { raise = true }
 local cpg = core.pg
 local loop = core.loop
 

@@ -32,7 +32,8 @@ as `messages` events (app:stream(input, {stream_mode = "messages"})).
 ]]
 
 local errors = require "moongraph.errors"
-local cjson = require "cjson.safe"
+local json = require "moongraph.json"
+local cjson = json.wire()
 local jsonschema = require "moongraph.jsonschema"
 
 local type, pairs, ipairs, tostring, error, setmetatable, getmetatable, pcall =

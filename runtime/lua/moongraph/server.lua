@@ -45,7 +45,8 @@
 local core = require "moongraph.core"
 local mg = require "moongraph"
 local http = require "moongraph.http"
-local cjson = require "cjson.safe"
+local json = require "moongraph.json"
+local cjson = json.wire()
 
 local cserver, loop, signal = core.server, core.loop, core.signal
 local spawn, current = loop.spawn, loop.current

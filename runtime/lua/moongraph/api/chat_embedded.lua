@@ -55,7 +55,7 @@ local job_ids = require "moongraph.worker.job"
 local text = require "moongraph.text"
 local public_error = require "moongraph.public_error"
 local store = require("moongraph.core").store
-local cjson = require("cjson.safe").new()
+local cjson = json.wire()
 
 local type, tostring, tonumber, pairs, ipairs, setmetatable, pcall, error =
   type, tostring, tonumber, pairs, ipairs, setmetatable, pcall, error

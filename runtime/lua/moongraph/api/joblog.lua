@@ -27,7 +27,8 @@ on demand; only the last `cache` of them (256) stay in memory.
 ]]
 
 local mg = require "moongraph"
-local cjson = require("cjson.safe").new()
+local json = require "moongraph.json"
+local cjson = json.wire()
 local ids = require "moongraph.ids"
 local store = require("moongraph.core").store
 

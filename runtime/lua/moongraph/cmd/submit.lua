@@ -14,8 +14,8 @@
 -- The job's input is the --input object, then each --set KEY=VALUE (a
 -- string value), then MESSAGE as input.message; a later one replaces a key
 -- an earlier one gave.
-local cjson = require("cjson.safe").new()
 local json = require "moongraph.json"
+local cjson = json.wire()
 local cliargs = require "moongraph.args"
 
 local USAGE = [=[

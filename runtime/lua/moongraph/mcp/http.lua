@@ -25,7 +25,8 @@ local type, pairs, ipairs, tostring, setmetatable, pcall =
       type, pairs, ipairs, tostring, setmetatable, pcall
 local string_format, string_lower, string_sub, table_concat =
       string.format, string.lower, string.sub, table.concat
-local cjson = require "cjson.safe"
+local json = require "moongraph.json"
+local cjson = json.wire()
 
 local _M = {}
 

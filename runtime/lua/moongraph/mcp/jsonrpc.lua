@@ -20,8 +20,8 @@
 -- sorted keys); an empty table is an object ({}), an empty list marked with
 -- json.array() (also jsonrpc.array) is [].
 
-local cjson = require "cjson.safe"
 local json = require "moongraph.json"
+local cjson = json.wire()
 
 local type, pairs, next, tostring = type, pairs, next, tostring
 local math_type, math_tointeger = math.type, math.tointeger

@@ -46,7 +46,8 @@ local mcp = require "moongraph.mcp"
 local type, pairs, ipairs, tostring, error, setmetatable, pcall, next =
       type, pairs, ipairs, tostring, error, setmetatable, pcall, next
 local string_format = string.format
-local cjson = require "cjson.safe"
+local json = require "moongraph.json"
+local cjson = json.wire()
 
 local _M = {}
 

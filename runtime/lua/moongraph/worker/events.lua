@@ -41,7 +41,8 @@
 -- id it delivered, so every event arrives once and in order.
 
 local mg = require "moongraph"
-local cjson = require("cjson.safe").new()
+local json = require "moongraph.json"
+local cjson = json.wire()
 
 local type, tostring, tonumber, ipairs, setmetatable, pcall, select =
   type, tostring, tonumber, ipairs, setmetatable, pcall, select

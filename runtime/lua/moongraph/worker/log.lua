@@ -10,8 +10,8 @@
 -- that names one of the logger's replaces it). Lines below the level are
 -- dropped before anything is encoded.
 
-local cjson = require("cjson").new()
-cjson.encode_invalid_numbers(true)
+local json = require "moongraph.json"
+local cjson = json.wire { raise = true, invalid_numbers = true }
 local json_encode = require("moongraph.json").encode
 
 local type, pairs, ipairs, next, tostring, setmetatable, floor, pcall =

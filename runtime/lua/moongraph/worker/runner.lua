@@ -58,7 +58,7 @@
 local errors = require "moongraph.errors"
 local mg = require "moongraph"
 local json = require "moongraph.json"
-local cjson = require("cjson.safe").new()
+local cjson = json.wire()
 local job = require "moongraph.worker.job"
 local events = require "moongraph.worker.events"
 local results = require "moongraph.worker.results"
