@@ -2,7 +2,7 @@
 ** core.c — the `moongraph.core` Lua module.
 **
 ** Gathers the runtime's sub-modules into one table: core.loop, core.sse,
-** core.http, core.redis, core.pg, core.store, core.signal, core.process, core.json,
+** core.http, core.redis, core.pg, core.files, core.signal, core.process, core.json,
 ** core.pack, core.server. Sub-modules are referenced weakly, so a build that leaves one
 ** out still links; the Lua side reports a missing one clearly when it is
 ** required.
@@ -13,7 +13,7 @@
 #pragma weak mg_open_http
 #pragma weak mg_open_redis
 #pragma weak mg_open_pg
-#pragma weak mg_open_store
+#pragma weak mg_open_files
 #pragma weak mg_open_signal
 #pragma weak mg_open_process
 #pragma weak mg_open_json
@@ -46,7 +46,7 @@ int luaopen_moongraph_core(lua_State *L) {
     {"http", mg_open_http},
     {"redis", mg_open_redis},
     {"pg", mg_open_pg},
-    {"store", mg_open_store},
+    {"files", mg_open_files},
     {"signal", mg_open_signal},
     {"process", mg_open_process},
     {"json", mg_open_json},
@@ -64,6 +64,9 @@ int luaopen_moongraph_core(lua_State *L) {
     lua_call(L, 0, 1);
     lua_setfield(L, -2, subs[i].name);
   }
+  /* core.files was core.store in earlier versions */
+  lua_getfield(L, -1, "files");
+  lua_setfield(L, -2, "store");
   lua_pushliteral(L, MG_VERSION);
   lua_setfield(L, -2, "version");
   return 1;

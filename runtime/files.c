@@ -1,9 +1,11 @@
 /*
-** store.c — durable file operations for checkpoint savers (core.store).
+** files.c — durable file operations (core.files; core.store, its name in
+** earlier versions, is the same table): the file saver's logs, the embedded
+** API's records, pid and lock files.
 **
-**   store.write(path, data)  atomic replace: temp file, write, fsync, rename,
+**   files.write(path, data)  atomic replace: temp file, write, fsync, rename,
 **                            fsync of the directory -> true | nil, err, code
-**   store.append(path, data, expect [, header])
+**   files.append(path, data, expect [, header])
 **                            append to a log: under an exclusive flock, when
 **                            the file (created if missing) is `expect` bytes
 **                            long (and, given `header`, starts with it),
@@ -18,12 +20,12 @@
 **                            place); a file that does not end in a newline
 **                            (a record torn by a crash) gets one first, so
 **                            the torn bytes stay a line of their own.
-**   store.read(path [, offset]) -> contents (from byte offset) | nil, err, code
-**   store.list(dir)          -> sorted entry names | nil, err, code
-**   store.mkdir(path)        mkdir -p, each new directory fsync'd into its
+**   files.read(path [, offset]) -> contents (from byte offset) | nil, err, code
+**   files.list(dir)          -> sorted entry names | nil, err, code
+**   files.mkdir(path)        mkdir -p, each new directory fsync'd into its
 **                            parent -> true | nil, err, code
-**   store.remove(path)       rm -r (a missing path is fine) -> true | nil, err, code
-**   store.lock(path)         exclusive advisory lock (flock) on the file at
+**   files.remove(path)       rm -r (a missing path is fine) -> true | nil, err, code
+**   files.lock(path)         exclusive advisory lock (flock) on the file at
 **                            path, created if missing; never waits ->
 **                            lock | nil, err, code ("EWOULDBLOCK": held)
 **
@@ -78,9 +80,9 @@ typedef struct {
   int err;                 /* errno of the failing step, 0 on success */
   const char *what;        /* the failing step, for the message */
   int done, cancelled;
-} store_op;
+} file_op;
 
-static void op_free(store_op *op) {
+static void op_free(file_op *op) {
   free(op->path);
   free(op->header);
   free(op->data);
@@ -89,7 +91,7 @@ static void op_free(store_op *op) {
   free(op);
 }
 
-static int fail(store_op *op, const char *what) {
+static int fail(file_op *op, const char *what) {
   op->err = errno ? errno : EIO;
   op->what = what;
   return -1;
@@ -127,7 +129,7 @@ static int write_all(int fd, const char *p, size_t len) {
   return 0;
 }
 
-static void do_write(store_op *op) {
+static void do_write(file_op *op) {
   size_t n = strlen(op->path) + 64;
   char *tmp = malloc(n);
   if (!tmp) { fail(op, "write"); return; }
@@ -153,7 +155,7 @@ bad:
 ** file, synced and linked into place, so a write that fails (a full disk)
 ** leaves no empty or half log behind. 1: made; 0: another writer made it
 ** meanwhile (append to theirs); -1: failed (op->err set). */
-static int create_log(store_op *op) {
+static int create_log(file_op *op) {
   size_t n = strlen(op->path) + 64;
   char *tmp = malloc(n);
   if (!tmp) return fail(op, "create");
@@ -176,7 +178,7 @@ static int create_log(store_op *op) {
   return rc;
 }
 
-static void do_append(store_op *op) {
+static void do_append(file_op *op) {
   int fd = open(op->path, O_RDWR | O_APPEND | O_CLOEXEC);
   if (fd < 0 && errno == ENOENT) {
     if (op->offset > 0) {
@@ -251,7 +253,7 @@ static void do_append(store_op *op) {
   if (st.st_size == 0 && fsync_dir_of(op->path) < 0) fail(op, "fsync directory of");
 }
 
-static void do_read(store_op *op) {
+static void do_read(file_op *op) {
   int fd = open(op->path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) { fail(op, "open"); return; }
   struct stat st;
@@ -290,7 +292,7 @@ static int name_cmp(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static void do_list(store_op *op) {
+static void do_list(file_op *op) {
   DIR *d = opendir(op->path);
   if (!d) { fail(op, "open directory"); return; }
   struct dirent *e;
@@ -315,7 +317,7 @@ static void do_list(store_op *op) {
 }
 
 /* mkdir -p; every directory it creates is made durable in its parent */
-static void do_mkdir(store_op *op) {
+static void do_mkdir(file_op *op) {
   char *p = op->path;
   size_t n = strlen(p);
   for (size_t i = 1; i <= n; i++) {
@@ -340,7 +342,7 @@ static void do_mkdir(store_op *op) {
   if (!S_ISDIR(st.st_mode)) { errno = ENOTDIR; fail(op, "mkdir"); }
 }
 
-static int remove_tree(store_op *op, const char *path) {
+static int remove_tree(file_op *op, const char *path) {
   struct stat st;
   if (lstat(path, &st) < 0) {
     if (errno == ENOENT) return 0;
@@ -370,7 +372,7 @@ static int remove_tree(store_op *op, const char *path) {
 }
 
 static void work(uv_work_t *req) {
-  store_op *op = (store_op *)req->data;
+  file_op *op = (file_op *)req->data;
   errno = 0;
   switch (op->kind) {
     case OP_WRITE: do_write(op); break;
@@ -386,20 +388,20 @@ static void work(uv_work_t *req) {
 
 static void after_work(uv_work_t *req, int status) {
   (void)status;
-  store_op *op = (store_op *)req->data;
+  file_op *op = (file_op *)req->data;
   op->done = 1;
   if (op->cancelled) { op_free(op); return; }
   mg_wake(&op->w);
 }
 
 static void op_cancel(mg_waiter *w) {
-  store_op *op = (store_op *)w;
+  file_op *op = (file_op *)w;
   if (op->done) { op_free(op); return; }
   op->cancelled = 1;
   uv_cancel((uv_req_t *)&op->req);
 }
 
-static int push_error(lua_State *L, store_op *op) {
+static int push_error(lua_State *L, file_op *op) {
   lua_pushnil(L);
   lua_pushfstring(L, "%s %s: %s", op->what, op->path, strerror(op->err));
   lua_pushstring(L, uv_err_name(-op->err));
@@ -408,7 +410,7 @@ static int push_error(lua_State *L, store_op *op) {
 
 static int op_done(lua_State *L, int status, lua_KContext ctx) {
   (void)status;
-  store_op *op = (store_op *)ctx;
+  file_op *op = (file_op *)ctx;
   int n;
   if (op->err) {
     n = push_error(L, op);
@@ -457,7 +459,7 @@ static int start(lua_State *L, int kind, const char *fname) {
   if (kind == OP_READ) offset = luaL_optinteger(L, 2, 0);
   luaL_argcheck(L, offset >= 0, kind == OP_READ ? 2 : 3, "negative offset");
   mg_check_yieldable(L, fname);
-  store_op *op = (store_op *)calloc(1, sizeof *op);
+  file_op *op = (file_op *)calloc(1, sizeof *op);
   if (!op) return luaL_error(L, "%s: out of memory", fname);
   op->kind = kind;
   op->offset = (off_t)offset;
@@ -492,21 +494,21 @@ static int start(lua_State *L, int kind, const char *fname) {
   return mg_await(L, &op->w, op_cancel, op_done, (lua_KContext)op);
 }
 
-static int l_write(lua_State *L) { return start(L, OP_WRITE, "store.write"); }
-static int l_read(lua_State *L) { return start(L, OP_READ, "store.read"); }
-static int l_list(lua_State *L) { return start(L, OP_LIST, "store.list"); }
-static int l_mkdir(lua_State *L) { return start(L, OP_MKDIR, "store.mkdir"); }
-static int l_remove(lua_State *L) { return start(L, OP_REMOVE, "store.remove"); }
-static int l_append(lua_State *L) { return start(L, OP_APPEND, "store.append"); }
+static int l_write(lua_State *L) { return start(L, OP_WRITE, "files.write"); }
+static int l_read(lua_State *L) { return start(L, OP_READ, "files.read"); }
+static int l_list(lua_State *L) { return start(L, OP_LIST, "files.list"); }
+static int l_mkdir(lua_State *L) { return start(L, OP_MKDIR, "files.mkdir"); }
+static int l_remove(lua_State *L) { return start(L, OP_REMOVE, "files.remove"); }
+static int l_append(lua_State *L) { return start(L, OP_APPEND, "files.append"); }
 
 /* ------------------------------------------------------------ locks */
 
-#define LOCK_MT "moongraph.store.lock"
+#define LOCK_MT "moongraph.files.lock"
 
-typedef struct { int fd; } store_lock;
+typedef struct { int fd; } file_lock;
 
 static int lock_unlock(lua_State *L) {
-  store_lock *lk = (store_lock *)luaL_checkudata(L, 1, LOCK_MT);
+  file_lock *lk = (file_lock *)luaL_checkudata(L, 1, LOCK_MT);
   if (lk->fd >= 0) {
     close(lk->fd);
     lk->fd = -1;
@@ -515,8 +517,8 @@ static int lock_unlock(lua_State *L) {
 }
 
 static int lock_tostring(lua_State *L) {
-  store_lock *lk = (store_lock *)luaL_checkudata(L, 1, LOCK_MT);
-  lua_pushstring(L, lk->fd >= 0 ? "store lock (held)" : "store lock (released)");
+  file_lock *lk = (file_lock *)luaL_checkudata(L, 1, LOCK_MT);
+  lua_pushstring(L, lk->fd >= 0 ? "file lock (held)" : "file lock (released)");
   return 1;
 }
 
@@ -524,7 +526,7 @@ static int l_lock(lua_State *L) {
   size_t plen;
   const char *path = luaL_checklstring(L, 1, &plen);
   luaL_argcheck(L, plen > 0, 1, "empty path");
-  store_lock *lk = (store_lock *)lua_newuserdatauv(L, sizeof *lk, 0);
+  file_lock *lk = (file_lock *)lua_newuserdatauv(L, sizeof *lk, 0);
   lk->fd = -1;
   luaL_setmetatable(L, LOCK_MT);
   int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -560,7 +562,7 @@ static const luaL_Reg lock_methods[] = {
   {NULL, NULL}
 };
 
-static const luaL_Reg store_funcs[] = {
+static const luaL_Reg file_funcs[] = {
   {"lock", l_lock},
   {"write", l_write},
   {"append", l_append},
@@ -571,13 +573,13 @@ static const luaL_Reg store_funcs[] = {
   {NULL, NULL}
 };
 
-int mg_open_store(lua_State *L) {
+int mg_open_files(lua_State *L) {
   if (luaL_newmetatable(L, LOCK_MT)) {
     luaL_setfuncs(L, lock_methods, 0);
     lua_pushvalue(L, -1);
     lua_setfield(L, -2, "__index");
   }
   lua_pop(L, 1);
-  luaL_newlib(L, store_funcs);
+  luaL_newlib(L, file_funcs);
   return 1;
 }

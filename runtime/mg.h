@@ -83,7 +83,7 @@ int mg_open_sse(lua_State *L);
 int mg_open_http(lua_State *L);
 int mg_open_redis(lua_State *L);
 int mg_open_pg(lua_State *L);
-int mg_open_store(lua_State *L);
+int mg_open_files(lua_State *L);
 int mg_open_json(lua_State *L);
 int mg_open_pack(lua_State *L);
 int mg_open_bytes(lua_State *L);

@@ -504,7 +504,7 @@ function File:acquire(thread_id, opts)
   local deadline = o.timeout and (mg.now() + o.timeout) or nil
   local delay, waited = 0.02, false
   while true do
-    local lock, err, code = core.store.lock(path)
+    local lock, err, code = core.files.lock(path)
     if lock then
       self.token = self.token + 1
       return setmetatable({ coord = self, thread_id = thread_id, run_id = o.run_id, token = self.token,

@@ -56,7 +56,7 @@ local table_sort, table_remove = table.sort, table.remove
 local null = json.null
 local array = json.array
 
-local store = core.store
+local store = core.files
 
 local _M = {}
 local B = {}

@@ -12,7 +12,7 @@ append-only log of readable JSON records, one per line:
 Each record line starts with the length of its JSON, so a record torn by a
 crash (a put that never returned) is recognised and skipped. A put is one
 append and one fdatasync under an exclusive flock of the log, by the C
-store (moongraph.core.store) on libuv's thread pool: the calling task
+store (moongraph.core.files) on libuv's thread pool: the calling task
 yields, other tasks go on. A batch is one append. The later of two records
 of one task's writes of one checkpoint wins.
 
@@ -44,10 +44,10 @@ local store
 local function S()
   if not store then
     local ok, core = pcall(require, "moongraph.core")
-    if not ok or not core.store then
+    if not ok or not core.files then
       error("the file checkpointer needs the C module moongraph.core (build it with make)", 3)
     end
-    store = core.store
+    store = core.files
   end
   return store
 end

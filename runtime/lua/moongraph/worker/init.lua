@@ -377,7 +377,7 @@ function W:write_metrics()
   local path = self.cfg.metrics
   if not path or path == "-" then return true end
   local text = self.metrics:prometheus { worker = self.cfg.consumer }
-  return core.store.write(path, text)
+  return core.files.write(path, text)
 end
 
 function W:heartbeat()
