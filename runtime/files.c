@@ -29,7 +29,9 @@
 **                            path, created if missing; never waits ->
 **                            lock | nil, err, code ("EWOULDBLOCK": held)
 **
-** `code` is the errno name ("ENOENT", "EACCES", ...). Each call is one work
+** `err` is an error value (errors.c): code not_found, denied, no_space
+** (retryable), busy (a held lock, retryable), unavailable or failed, with
+** details.errno; `code` is the errno name ("ENOENT", "EACCES", ...). Each call is one work
 ** item on libuv's thread pool: the whole sequence of system calls runs on a
 ** pool thread while the calling task waits, so other tasks keep running
 ** (durability "async" relies on this). One work item per operation keeps a
@@ -401,9 +403,27 @@ static void op_cancel(mg_waiter *w) {
   uv_cancel((uv_req_t *)&op->req);
 }
 
+/* An errno as an error code (errors.c): what is missing, refused, full
+** (retryable: space can be freed) or anything else. */
+static const char *errno_code(int e, int *retryable) {
+  *retryable = 0;
+  switch (e) {
+    case ENOENT: case ENOTDIR: return "not_found";
+    case EACCES: case EPERM: case EROFS: return "denied";
+    case ENOSPC: case EDQUOT: *retryable = 1; return "no_space";
+    case EINTR: case EAGAIN: case EIO: *retryable = 1; return "unavailable";
+    default: return "failed";
+  }
+}
+
 static int push_error(lua_State *L, file_op *op) {
+  int retryable;
+  const char *code = errno_code(op->err, &retryable);
   lua_pushnil(L);
   lua_pushfstring(L, "%s %s: %s", op->what, op->path, strerror(op->err));
+  mg_error_new(L, code, retryable);
+  lua_pushstring(L, uv_err_name(-op->err));
+  mg_error_detail(L, "errno");
   lua_pushstring(L, uv_err_name(-op->err));
   return 3;
 }
@@ -488,6 +508,7 @@ static int start(lua_State *L, int kind, const char *fname) {
     op_free(op);
     lua_pushnil(L);
     lua_pushfstring(L, "%s: %s", fname, uv_strerror(rc));
+    mg_error_new(L, "unavailable", 1);
     lua_pushstring(L, uv_err_name(rc));
     return 3;
   }
@@ -532,8 +553,11 @@ static int l_lock(lua_State *L) {
   int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) {
     int e = errno;
+    int retryable;
+    const char *code = errno_code(e, &retryable);
     lua_pushnil(L);
     lua_pushfstring(L, "open %s: %s", path, strerror(e));
+    mg_error_new(L, code, retryable);
     lua_pushstring(L, uv_err_name(-e));
     return 3;
   }
@@ -543,9 +567,13 @@ static int l_lock(lua_State *L) {
     lua_pushnil(L);
     if (e == EWOULDBLOCK) {
       lua_pushfstring(L, "lock %s: held by another process or open file", path);
+      mg_error_new(L, "busy", 1);
       lua_pushstring(L, "EWOULDBLOCK");
     } else {
+      int retryable;
+      const char *code = errno_code(e, &retryable);
       lua_pushfstring(L, "lock %s: %s", path, strerror(e));
+      mg_error_new(L, code, retryable);
       lua_pushstring(L, uv_err_name(-e));
     }
     return 3;

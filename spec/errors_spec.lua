@@ -157,6 +157,20 @@ describe("moongraph.errors", function()
       assert.same({ "too_large", false }, { big.code, big.retryable })
     end)
 
+    it("files: a missing file is not_found, a held lock busy, with the errno name kept", function()
+      local core = require "moongraph.core"
+      local dir = require("tmp").dir("errors")
+      local missing, name, held, hname = mg.run(function()
+        local _, e, n = core.files.read(dir .. "/nothing")
+        local lock = assert(core.files.lock(dir .. "/l"))
+        local _, e2, n2 = core.files.lock(dir .. "/l")
+        lock:unlock()
+        return e, n, e2, n2
+      end)
+      assert.same({ "not_found", false, "ENOENT", "ENOENT" }, { missing.code, missing.retryable, missing.details.errno, name })
+      assert.same({ "busy", true, "EWOULDBLOCK" }, { held.code, held.retryable, hname })
+    end)
+
     it("a program that does not exist is not_found", function()
       local _, err = mg.run(function() return process.run({ "/no/such/program" }) end)
       assert.same({ "not_found", false }, { err.code, err.retryable })
