@@ -416,16 +416,26 @@ static const char *errno_code(int e, int *retryable) {
   }
 }
 
-static int push_error(lua_State *L, file_op *op) {
+/* The message on top of the stack (the nil before it) as an error value,
+** then `name`, the third value of every failure here -> 3 */
+static int error_values(lua_State *L, const char *code, int retryable, const char *name) {
+  mg_error_new(L, code, retryable);
+  lua_pushstring(L, name);
+  mg_error_detail(L, "errno");
+  lua_pushstring(L, name);
+  return 3;
+}
+
+static int errno_error(lua_State *L, int e) {
   int retryable;
-  const char *code = errno_code(op->err, &retryable);
+  const char *code = errno_code(e, &retryable);
+  return error_values(L, code, retryable, uv_err_name(-e));
+}
+
+static int push_error(lua_State *L, file_op *op) {
   lua_pushnil(L);
   lua_pushfstring(L, "%s %s: %s", op->what, op->path, strerror(op->err));
-  mg_error_new(L, code, retryable);
-  lua_pushstring(L, uv_err_name(-op->err));
-  mg_error_detail(L, "errno");
-  lua_pushstring(L, uv_err_name(-op->err));
-  return 3;
+  return errno_error(L, op->err);
 }
 
 static int op_done(lua_State *L, int status, lua_KContext ctx) {
@@ -508,9 +518,7 @@ static int start(lua_State *L, int kind, const char *fname) {
     op_free(op);
     lua_pushnil(L);
     lua_pushfstring(L, "%s: %s", fname, uv_strerror(rc));
-    mg_error_new(L, "unavailable", 1);
-    lua_pushstring(L, uv_err_name(rc));
-    return 3;
+    return error_values(L, MG_UNAVAILABLE, uv_err_name(rc));
   }
   return mg_await(L, &op->w, op_cancel, op_done, (lua_KContext)op);
 }
@@ -553,13 +561,9 @@ static int l_lock(lua_State *L) {
   int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) {
     int e = errno;
-    int retryable;
-    const char *code = errno_code(e, &retryable);
     lua_pushnil(L);
     lua_pushfstring(L, "open %s: %s", path, strerror(e));
-    mg_error_new(L, code, retryable);
-    lua_pushstring(L, uv_err_name(-e));
-    return 3;
+    return errno_error(L, e);
   }
   if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
     int e = errno;
@@ -567,16 +571,10 @@ static int l_lock(lua_State *L) {
     lua_pushnil(L);
     if (e == EWOULDBLOCK) {
       lua_pushfstring(L, "lock %s: held by another process or open file", path);
-      mg_error_new(L, "busy", 1);
-      lua_pushstring(L, "EWOULDBLOCK");
-    } else {
-      int retryable;
-      const char *code = errno_code(e, &retryable);
-      lua_pushfstring(L, "lock %s: %s", path, strerror(e));
-      mg_error_new(L, code, retryable);
-      lua_pushstring(L, uv_err_name(-e));
+      return error_values(L, "busy", 1, "EWOULDBLOCK");   /* waiting can see it let go */
     }
-    return 3;
+    lua_pushfstring(L, "lock %s: %s", path, strerror(e));
+    return errno_error(L, e);
   }
   lk->fd = fd;
   return 1;

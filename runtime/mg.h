@@ -101,6 +101,10 @@ int mg_open_errors(lua_State *L);
 void mg_error_new(lua_State *L, const char *code, int retryable);
 void mg_error_detail(lua_State *L, const char *key);
 int mg_push_error(lua_State *L, const char *code, int retryable, const char *message);
+/* code, retryable of the failures a client itself sees: a server away or
+** lost, a call over its time */
+#define MG_UNAVAILABLE "unavailable", 1
+#define MG_TIMEOUT "timeout", 1
 
 /* Create the metatable `name` (once): __index is a table of `methods`, and
 ** each non-NULL function becomes __gc, __close or __tostring. Leaves the

@@ -144,10 +144,6 @@ static void trim_message(char *s) {
   while (n > 0 && s[n - 1] == ' ') s[--n] = '\0';
 }
 
-/* codes of the failures the client itself sees (errors.c) */
-#define UNAVAILABLE "unavailable", 1
-#define TIMEOUT "timeout", 1
-
 static void op_fail(pgop *op, const char *code, int retryable, const char *prefix,
                     const char *msg) {
   if (op->failed) return;
@@ -277,7 +273,7 @@ static int fail_closed(lua_State *L, pgconn *pc, const char *what) {
   snprintf(msg, sizeof msg, "pg: %s: %s", what, PQerrorMessage(pc->conn));
   trim_message(msg);
   conn_close(pc, msg);
-  return mg_push_error(L, UNAVAILABLE, msg);
+  return mg_push_error(L, MG_UNAVAILABLE, msg);
 }
 
 /* ---------------------------------------------------------------- cancel requests */
@@ -336,7 +332,7 @@ static void drive_connect(pgconn *pc) {
     default:
       break;
   }
-  op_fail(op, UNAVAILABLE, "pg: cannot connect: ", PQerrorMessage(pc->conn));
+  op_fail(op, MG_UNAVAILABLE, "pg: cannot connect: ", PQerrorMessage(pc->conn));
   conn_close(pc, op->err);
   finish(pc);
 }
@@ -415,7 +411,7 @@ static void drive_query(pgconn *pc, int events) {
 wait:
   if (watch(pc, op->flushing ? UV_READABLE | UV_WRITABLE : UV_READABLE) == 0) return;
 broken:
-  op_fail(op, UNAVAILABLE, "pg: connection lost: ", PQerrorMessage(conn));
+  op_fail(op, MG_UNAVAILABLE, "pg: connection lost: ", PQerrorMessage(conn));
   conn_close(pc, op->err);
   finish(pc);
 }
@@ -468,10 +464,10 @@ static void op_timed_out(uv_timer_t *t) {
   char msg[96];
   if (op->kind == OP_CONNECT) {
     snprintf(msg, sizeof msg, "timeout after %gs", op->timeout);
-    op_fail(op, TIMEOUT, "pg: cannot connect: ", msg);
+    op_fail(op, MG_TIMEOUT, "pg: cannot connect: ", msg);
   } else {
     snprintf(msg, sizeof msg, "timeout after %gs, at the caller's deadline", op->timeout);
-    op_fail(op, TIMEOUT, "pg: ", msg);
+    op_fail(op, MG_TIMEOUT, "pg: ", msg);
     if (pc->conn) send_cancel(pc);
   }
   conn_close(pc, op->kind == OP_CONNECT ? op->err
@@ -546,7 +542,7 @@ static int l_connect(lua_State *L) {
   if (timeout > 0) op_start_timer(op, timeout);
   /* as if PQconnectPoll had asked to write */
   if (watch(pc, UV_WRITABLE) != 0) {
-    op_fail(op, UNAVAILABLE, "pg: cannot connect: ", "cannot watch the socket");
+    op_fail(op, MG_UNAVAILABLE, "pg: cannot connect: ", "cannot watch the socket");
     conn_close(pc, op->err);
     pc->op = NULL;
     mg_push_error(L, op->code, op->retryable, op->err);
@@ -928,10 +924,10 @@ static pgstmt *stmt_lookup(pgconn *pc, const char *sql, const Oid *types, int n)
 }
 
 static int not_ready(lua_State *L, pgconn *pc) {
-  if (!pc->conn) return mg_push_error(L, UNAVAILABLE, pc->err[0] ? pc->err : "pg: connection closed");
+  if (!pc->conn) return mg_push_error(L, MG_UNAVAILABLE, pc->err[0] ? pc->err : "pg: connection closed");
   if (pc->op) return luaL_error(L, "pg: the connection is busy with another statement "
                                    "(one at a time per connection: use a pool)");
-  return mg_push_error(L, UNAVAILABLE, "pg: connection is not usable");
+  return mg_push_error(L, MG_UNAVAILABLE, "pg: connection is not usable");
 }
 
 static int batch_abandoned(lua_State *L, pgconn *pc) {
@@ -950,7 +946,7 @@ static int start_op_for(lua_State *L, pgconn *pc, int kind, int sent, pgstmt *st
     snprintf(msg, sizeof msg, "pg: cannot send: %s", PQerrorMessage(pc->conn));
     trim_message(msg);
     if (PQstatus(pc->conn) == CONNECTION_BAD) conn_close(pc, msg);
-    return mg_push_error(L, UNAVAILABLE, msg);
+    return mg_push_error(L, MG_UNAVAILABLE, msg);
   }
   pgop *op = calloc(1, sizeof *op);
   if (!op) {
@@ -965,7 +961,7 @@ static int start_op_for(lua_State *L, pgconn *pc, int kind, int sent, pgstmt *st
   op->flushing = f > 0;
   pc->op = op;
   if (f < 0 || watch(pc, op->flushing ? UV_READABLE | UV_WRITABLE : UV_READABLE) != 0) {
-    op_fail(op, UNAVAILABLE, "pg: connection lost: ", PQerrorMessage(pc->conn));
+    op_fail(op, MG_UNAVAILABLE, "pg: connection lost: ", PQerrorMessage(pc->conn));
     conn_close(pc, op->err);
     pc->op = NULL;
     mg_push_error(L, op->code, op->retryable, op->err);
@@ -1102,7 +1098,7 @@ static int l_send(lua_State *L) {
   if (n > 0) params_collect(L, &p, 3, n);       /* may raise: nothing sent yet */
   if (!pc->nbatch && !PQenterPipelineMode(pc->conn)) {
     if (n > 0) params_free(&p);
-    mg_push_error(L, UNAVAILABLE, "pg: cannot start a batch on this connection");
+    mg_push_error(L, MG_UNAVAILABLE, "pg: cannot start a batch on this connection");
     return 2;
   }
   pc->nbatch++;

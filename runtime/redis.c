@@ -121,10 +121,6 @@ static rop *op_new(rconn *c, int kind, int nreplies) {
   return op;
 }
 
-/* codes of the failures the client itself sees (errors.c) */
-#define UNAVAILABLE "unavailable", 1
-#define TIMEOUT "timeout", 1
-
 static void op_fail(rop *op, const char *code, int retryable, const char *msg) {
   if (op->failed) return;
   op->failed = 1;
@@ -196,7 +192,7 @@ static void op_timed_out(uv_timer_t *t) {
   op_stop_timer(op);
   if (!op->w.task) return;
   if (op->kind == OP_MSG) {
-    op_fail(op, TIMEOUT, "timeout");
+    op_fail(op, MG_TIMEOUT, "timeout");
     if (c->msg_op == op) c->msg_op = NULL;
     mg_wake(&op->w);
     return;
@@ -206,7 +202,7 @@ static void op_timed_out(uv_timer_t *t) {
              c->addr, op->timeout);
   else snprintf(msg, sizeof msg, "redis: timeout after %gs%s", op->timeout,
                 op->by_deadline ? ", at the caller's deadline" : "");
-  op_fail(op, TIMEOUT, msg);
+  op_fail(op, MG_TIMEOUT, msg);
   mg_wake(&op->w);
   if (op->by_deadline) {
     /* the command itself is fine: like a cancel, its reply is discarded on
@@ -425,7 +421,7 @@ static void on_reply(redisAsyncContext *ac, void *r, void *privdata) {
       else snprintf(msg, ERRLEN, "redis: connection closed");
       op->replies[op->nreplies] = NULL;
       if (c) op_fail(op, CONN_CODE(c), msg);
-      else op_fail(op, UNAVAILABLE, msg);
+      else op_fail(op, MG_UNAVAILABLE, msg);
     }
     op->nreplies++;
   }
@@ -695,18 +691,18 @@ static int l_connect(lua_State *L) {
 
   redisAsyncContext *ac = unix_socket ? redisAsyncConnectUnix(host)
                                       : redisAsyncConnect(host, (int)port);
-  if (!ac) return mg_push_error(L, UNAVAILABLE, "redis: out of memory");
+  if (!ac) return mg_push_error(L, MG_UNAVAILABLE, "redis: out of memory");
   if (ac->err) {
     lua_pushfstring(L, "redis: cannot connect to %s: %s", c->addr, ac->errstr);
     redisAsyncFree(ac);
-    return mg_push_error(L, UNAVAILABLE, lua_tostring(L, -1));
+    return mg_push_error(L, MG_UNAVAILABLE, lua_tostring(L, -1));
   }
   /* not inherited by the programs this process starts (see http.c) */
   int fdflags = fcntl(ac->c.fd, F_GETFD);
   if (fdflags >= 0) fcntl(ac->c.fd, F_SETFD, fdflags | FD_CLOEXEC);
   if (ev_attach(ac) != 0) {
     redisAsyncFree(ac);
-    return mg_push_error(L, UNAVAILABLE, "redis: cannot watch the socket");
+    return mg_push_error(L, MG_UNAVAILABLE, "redis: cannot watch the socket");
   }
   ac->data = c;
   c->ac = ac;
@@ -717,7 +713,7 @@ static int l_connect(lua_State *L) {
   if (!op || op_start_timer(op, timeout) != 0) {
     if (op) op_unref(op);
     conn_drop(c, "redis: out of memory");
-    return mg_push_error(L, UNAVAILABLE, "redis: out of memory");
+    return mg_push_error(L, MG_UNAVAILABLE, "redis: out of memory");
   }
   c->connecting = op;
   lua_replace(L, 1);                         /* the connection, kept at 1 */
@@ -742,7 +738,7 @@ static int cmd_done(lua_State *L, int status, lua_KContext ctx) {
   }
   redisReply *r = op->replies[0];
   if (!r) {
-    mg_push_error(L, UNAVAILABLE, "redis: out of memory");
+    mg_push_error(L, MG_UNAVAILABLE, "redis: out of memory");
     op_unref(op);
     return 2;
   }
@@ -806,13 +802,13 @@ static int l_call(lua_State *L) {
   if (sent <= 0) {
     op_unref(op);
     if (sent < 0) return luaL_error(L, "redis: out of memory");
-    mg_push_error(L, UNAVAILABLE, "redis: command not accepted on this connection");
+    mg_push_error(L, MG_UNAVAILABLE, "redis: command not accepted on this connection");
     return 2;
   }
   op->expected = 1;
   op->refs++;                                /* hiredis */
   c->inflight++;
-  if (op_start_timer(op, op_limit(L, op, c->timeout)) != 0) op_fail(op, UNAVAILABLE, "redis: out of memory");
+  if (op_start_timer(op, op_limit(L, op, c->timeout)) != 0) op_fail(op, MG_UNAVAILABLE, "redis: out of memory");
   lua_settop(L, 1);                          /* keep the connection anchored */
   return mg_await(L, &op->w, cmd_cancel, cmd_done, (lua_KContext)op);
 }
@@ -863,12 +859,12 @@ static int l_pipeline(lua_State *L) {
     c->inflight++;
   }
   resp_free(&r);
-  if (sent < n) op_fail(op, UNAVAILABLE, nomem ? "redis: out of memory" : "redis: pipeline not accepted on this connection");
+  if (sent < n) op_fail(op, MG_UNAVAILABLE, nomem ? "redis: out of memory" : "redis: pipeline not accepted on this connection");
   if (sent == 0) {
     return fail_op(L, op);
   }
   op->refs++;                                /* hiredis */
-  if (op_start_timer(op, op_limit(L, op, c->timeout)) != 0) op_fail(op, UNAVAILABLE, "redis: out of memory");
+  if (op_start_timer(op, op_limit(L, op, c->timeout)) != 0) op_fail(op, MG_UNAVAILABLE, "redis: out of memory");
   lua_settop(L, 1);
   return mg_await(L, &op->w, cmd_cancel, pipe_done, (lua_KContext)op);
 }
@@ -919,12 +915,12 @@ static int l_subscribe(lua_State *L) {
   argv_free(&a);
   if (!ok) {
     op_unref(op);
-    mg_push_error(L, UNAVAILABLE, "redis: subscribe not accepted on this connection");
+    mg_push_error(L, MG_UNAVAILABLE, "redis: subscribe not accepted on this connection");
     return 2;
   }
   c->sub_pending += n;
   c->sub_op = op;
-  if (op_start_timer(op, c->timeout) != 0) op_fail(op, UNAVAILABLE, "redis: out of memory");
+  if (op_start_timer(op, c->timeout) != 0) op_fail(op, MG_UNAVAILABLE, "redis: out of memory");
   lua_settop(L, 1);
   return mg_await(L, &op->w, sub_cancel, sub_done, (lua_KContext)op);
 }

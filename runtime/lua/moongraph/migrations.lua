@@ -244,11 +244,12 @@ end
 -- before it reads (to_regclass), so that it never fails a caller's
 -- transaction on a database without the tables.
 local function recorded(db, scope)
+  local l = legacy_of(scope)
   local rows, err = db:query([[
 SELECT to_regclass('moongraph_schema') IS NOT NULL AS new,
-       to_regclass($1) IS NOT NULL AS old]], { legacy_of(scope).table })
+       to_regclass($1) IS NOT NULL AS old]], { l.table })
   if not rows then return nil, err end
-  local l, q, args = legacy_of(scope), nil, { scope }
+  local q, args = nil, { scope }
   if rows[1].new then
     q = "SELECT version FROM moongraph_schema WHERE scope = $1"
   elseif rows[1].old then

@@ -29,7 +29,6 @@ function _M.node(err)
   if type(err) ~= "string" then return nil end
   return err:match("^node '([^']+)'")
 end
-_M.node_of = _M.node
 
 function _M.message(err, where)
   local node = _M.node(err)

@@ -197,12 +197,13 @@ local function id_le(a, b)
   return am < bm or (am == bm and as <= bs)
 end
 
--- An XADD refused because the stream already reaches its id: the batch
--- went through before (a retry after a lost reply). Asked of the stream.
-local function already_there(self, id)
+-- The id of the stream's last entry, or false: an XADD refused while the
+-- stream already reaches its id went through before (a retry after a lost
+-- reply). Asked of the stream, once per batch.
+local function stream_top(self)
   local top = self.redis:call("XREVRANGE", self.key, "+", "-", "COUNT", 1)
   local last = type(top) == "table" and type(top[1]) == "table" and top[1][1]
-  return type(last) == "string" and id_le(id, last)
+  return type(last) == "string" and last
 end
 
 -- The writer task: sends queued events in order until closed.
@@ -266,11 +267,15 @@ function Emitter:run()
       self.last_write = mg.now()
       local res, err = self.redis:pipeline(cmds)
       if not res then failed("XADD", err) goto continue end
+      local top = nil
       for i = 1, #res - (expiring and 1 or 0) do
         local r = res[i]
-        if type(r) == "table" and r[1] == false and not already_there(self, cmds[i][6]) then
-          failed("XADD", r[2])
-          goto continue
+        if type(r) == "table" and r[1] == false then
+          if top == nil then top = stream_top(self) end
+          if not (top and id_le(cmds[i][6], top)) then
+            failed("XADD", r[2])
+            goto continue
+          end
         end
       end
       if expiring then self.expiry_set = true end

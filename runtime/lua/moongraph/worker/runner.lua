@@ -846,7 +846,7 @@ function _M.run(W, entry, js)
     end
   else
     row.status, row.error, row.state = "failed", first_line(rerr), {}
-    extra.node = public_error.node_of(rerr)
+    extra.node = public_error.node(rerr)
   end
   local stored
   local record = hooks.record
