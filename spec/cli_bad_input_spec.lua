@@ -109,6 +109,25 @@ describe("command-line bad input", function()
     end)
   end)
 
+  describe("serve", function()
+    it("refuses a --watchdog or --trusted-proxy it cannot use, before listening", function()
+      for _, case in ipairs {
+        { { "--watchdog", "nan" }, "serve: %-%-watchdog: number expected, got 'nan'" },
+        { { "--watchdog", "-1" }, "serve: %-%-watchdog must be 0 to 1e9 seconds" },
+        { { "--watchdog", "1e999" }, "serve: %-%-watchdog must be 0 to 1e9 seconds" },
+        { { "--trusted-proxy", "10.0.0.0/99" }, "the prefix is longer than the address" },
+        { { "--trusted-proxy", "nonsense" }, "'nonsense' is not an IP address or CIDR block" },
+      } do
+        local args = { "serve", "--port", "0" }
+        for _, a in ipairs(case[1]) do args[#args + 1] = a end
+        local r = cli.run(args)
+        assert.are.equal(2, r.code, table.concat(case[1], " "))
+        assert.matches(case[2], r.err)
+        assert.is_nil(r.err:find("listening", 1, true))
+      end
+    end)
+  end)
+
   describe("any command", function()
     it("exits 1 when what it printed could not be written", function()
       local code, err = run_redirected({ "-e", "print('hello')" }, ">/dev/full", dir)

@@ -39,6 +39,10 @@ describe("moongraph.server", function()
         { { routes = { ["GET /x/*rest/y"] = function() end } }, "must be the last segment" },
         { { header_timeout = 0 }, "header_timeout must be > 0" },
         { { cors = { origin = "x" } }, "cors: unknown field 'origin'" },
+        { { watchdog = -1 }, "watchdog must be 0 to 1e9 seconds" },
+        { { watchdog = 0 / 0 }, "watchdog must be 0 to 1e9 seconds" },
+        { { watchdog = math.huge }, "watchdog must be 0 to 1e9 seconds" },
+        { { watchdog = "5" }, "watchdog must be 0 to 1e9 seconds" },
       }
       mg.run(function()
         for _, case in ipairs(cases) do

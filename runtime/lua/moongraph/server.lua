@@ -99,7 +99,7 @@ local CHECKS = {
   end,
   watchdog = function(v)
     if v ~= false and (type(v) ~= "number" or not (v >= 0 and v < 1e9)) then
-      return "watchdog must be >= 0 seconds (0 or false: none)"
+      return "watchdog must be 0 to 1e9 seconds (0 or false: none)"
     end
   end,
   signals = function(v)

@@ -102,7 +102,7 @@ return {
     if o.concurrency and o.concurrency < 1 then return cliargs.usage_error(SPEC, "--concurrency must be >= 1") end
     if o.max_message and o.max_message < 1 then return cliargs.usage_error(SPEC, "--max-message must be >= 1 (bytes)") end
     if o.watchdog and not (o.watchdog >= 0 and o.watchdog < 1e9) then
-      return cliargs.usage_error(SPEC, "--watchdog must be >= 0 seconds (0: never)")
+      return cliargs.usage_error(SPEC, "--watchdog must be 0 to 1e9 seconds (0: never)")
     end
     local trusted
     if o.trusted_proxy then
