@@ -11,6 +11,7 @@ And ids the runtime makes itself:
   ids.unique() -> "<16 hex digits>-<hex counter>": a random prefix drawn
                   once per process and a counter, so no two processes (and
                   no two calls) give the same
+  ids.uuid4() -> a random UUID (version 4), as LangGraph's ids are
 ]]
 
 local type, format, random, time = type, string.format, math.random, os.time
@@ -44,6 +45,17 @@ function _M.unique()
   end
   count = count + 1
   return format("%s-%x", prefix, count)
+end
+
+local urandom
+function _M.uuid4()
+  if not urandom then urandom = io.open("/dev/urandom", "rb") end
+  local b = urandom and urandom:read(16)
+  local x = {}
+  for i = 1, 16 do x[i] = b and #b == 16 and b:byte(i) or random(0, 255) end
+  x[7] = (x[7] & 0x0f) | 0x40
+  x[9] = (x[9] & 0x3f) | 0x80
+  return format("%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", table.unpack(x))
 end
 
 return _M

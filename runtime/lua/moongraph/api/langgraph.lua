@@ -1,7 +1,8 @@
 --[[
 moongraph.api.langgraph — the LangGraph Agent Server REST API over a
-backend (moongraph.api.embedded, or moongraph.api.langgraph_distributed for
-`serve --redis --pg`), as routes for moongraph.server.
+service (moongraph.service: moongraph.api.embedded puts it together for
+`serve`, moongraph.api.langgraph_distributed for `serve --redis --pg`), as
+routes for moongraph.server.
 
   local langgraph = require "moongraph.api.langgraph"
   local routes = langgraph.routes(backend, { keys = keys, heartbeat = 15 })
@@ -15,7 +16,7 @@ wrong (400 bad JSON, 401 no or bad key, 404 unknown id or another user's,
 many requests or failed authentications), never a traceback or a server's
 internals: a handler that fails answers 500 {"detail": "internal error"},
 a store that is down 503, and the detail goes to stderr under the request
-id (moongraph.api.guard). Every field is checked, by the backends, with
+id (moongraph.api.guard). Every field is checked, by the service, with
 moongraph.api.langgraph_request.
 
 Streams are SSE: `metadata` first, then one event per stream mode
@@ -107,9 +108,8 @@ local function cursor(run, req)
   return run:cursor(req and req.headers["last-event-id"])
 end
 
---[[ routes(backend [, opts]) -> routes table for server.listen
-The backend (moongraph.api.embedded, moongraph.api.langgraph_distributed)
-gives runs with run_id, events_after(cursor, timeout) -> {seq, event,
+--[[ routes(service [, opts]) -> routes table for server.listen
+The service (moongraph.service) gives runs with run_id, events_after(cursor, timeout) -> {seq, event,
 data}..., done (seq: the event's id and the cursor after it),
 cursor(last_event_id) and stop(action).
 opts: keys, limiter, auth_limiter, trusted_proxies (moongraph.api.guard;

@@ -11,9 +11,10 @@
 -- .moongraph). With --redis and --pg the Chat API is distributed
 -- (moongraph.api.chat_distributed): messages are jobs for `moongraph worker`
 -- processes, conversations live in PostgreSQL, and the LangGraph Agent API
--- is distributed too (moongraph.api.langgraph_distributed): threads and
--- runs in PostgreSQL, runs executed by the workers, state read through the
--- workers' saver (--checkpoint, as theirs); the process keeps no state.
+-- is distributed too (moongraph.api.langgraph_distributed: the service
+-- over PostgreSQL with runs as jobs): threads and runs in PostgreSQL, runs
+-- executed by the workers, state read through the workers' saver
+-- (--checkpoint, as theirs); the process keeps no state.
 -- The default script is chat=scripts/eco/chat.lua. API keys come from
 -- MOONGRAPH_API_KEYS="key=user,..." (or MOONGRAPH_API_KEYS_FILE); without
 -- keys it listens on loopback only. A client address that fails to

@@ -1,7 +1,7 @@
 --[[
 moongraph.worker.langgraph — runs of the LangGraph Agent API as worker jobs.
 
-`moongraph serve --redis --pg` (moongraph.api.langgraph_distributed) turns
+`moongraph serve --redis --pg` (moongraph.service.jobs) turns
 a run into a job with a `run` field (moongraph.worker.job):
 
   { job_id = <run id>, thread_id = <LangGraph thread id>, user_id, script = <graph id>,
@@ -19,7 +19,7 @@ stream under the LangGraph API's names (values, updates, messages, custom,
 debug, tasks, checkpoints; "mode|ns" for subgraphs; error), after the
 `metadata` event serve wrote when it queued the run, and then `done`.
 
-Tables (serve creates them: `migrations`, the scope "langgraph" of
+Tables (moongraph.service.postgres creates them: the scope "langgraph" of
 moongraph.migrations; the worker updates rows):
 
   langgraph_threads  thread_id, user_id, metadata, status, values, interrupts,
@@ -45,43 +45,8 @@ local type, tostring, tonumber, ipairs, pcall, error = type, tostring, tonumber,
 
 local _M = {}
 
-_M.SCHEMA = [[
-CREATE TABLE IF NOT EXISTS langgraph_threads (
-  thread_id   text PRIMARY KEY,
-  user_id     text NOT NULL,
-  metadata    jsonb NOT NULL DEFAULT '{}'::jsonb,
-  status      text NOT NULL DEFAULT 'idle',
-  "values"    jsonb,
-  interrupts  jsonb NOT NULL DEFAULT '{}'::jsonb,
-  error       text,
-  created_at  timestamptz NOT NULL DEFAULT clock_timestamp(),
-  updated_at  timestamptz NOT NULL DEFAULT clock_timestamp()
-);
-CREATE INDEX IF NOT EXISTS langgraph_threads_user ON langgraph_threads (user_id, created_at);
-CREATE TABLE IF NOT EXISTS langgraph_runs (
-  run_id             text PRIMARY KEY,
-  thread_id          text NOT NULL,
-  user_id            text NOT NULL,
-  assistant_id       text NOT NULL,
-  status             text NOT NULL DEFAULT 'pending',
-  multitask_strategy text NOT NULL,
-  metadata           jsonb NOT NULL DEFAULT '{}'::jsonb,
-  kwargs             jsonb NOT NULL DEFAULT '{}'::jsonb,
-  stateless          boolean NOT NULL DEFAULT false,
-  started_from       text,
-  output             jsonb,
-  error              jsonb,
-  created_at         timestamptz NOT NULL DEFAULT clock_timestamp(),
-  updated_at         timestamptz NOT NULL DEFAULT clock_timestamp()
-);
-CREATE INDEX IF NOT EXISTS langgraph_runs_thread ON langgraph_runs (thread_id, created_at);
-]]
-
--- (the first step creates only what is missing: earlier versions made the
--- same tables without recording it)
-_M.migrations = {
-  { version = 1, name = "threads and runs", sql = _M.SCHEMA },
-}
+-- the tables' schema steps (their owner is the service's PostgreSQL storage)
+_M.migrations = require("moongraph.service.postgres").migrations
 
 -- Seconds between looks at a running run's cancel key.
 _M.CANCEL_POLL = 0.1
