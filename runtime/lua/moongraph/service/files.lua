@@ -134,11 +134,18 @@ function F:_save_thread(rec)
   return files.write(self:_thread_path(rec.thread_id), s)
 end
 
+-- A run's file: its record, and a finished run's events with their data
+-- as the JSON they already are (spliced in, not encoded again).
 function F:_save_run(rec, events)
-  local out = pick(rec, RUN_FIELDS)
-  out.events = events
-  local s, err = json.encode(out, { valid_utf8 = true })
+  local s, err = json.encode(pick(rec, RUN_FIELDS), { valid_utf8 = true })
   if not s then return nil, "run " .. rec.run_id .. ": " .. tostring(err) end
+  if events then
+    local parts = {}
+    for i, e in ipairs(events) do
+      parts[i] = '{"seq":' .. e.seq .. ',"event":' .. json.encode(e.event) .. ',"data":' .. e.data .. "}"
+    end
+    s = s:sub(1, -2) .. (s == "{}" and "" or ",") .. '"events":[' .. table.concat(parts, ",") .. "]}"
+  end
   return files.write(self:_run_path(rec.run_id), s)
 end
 
@@ -326,7 +333,9 @@ function F:run_events(id)
   local rec = self.runs[id]
   if not rec or not rec.has_events then return false end
   local v = read_json(self:_run_path(id))
-  return v and v.events or false
+  if not v or type(v.events) ~= "table" then return false end
+  for _, e in ipairs(v.events) do e.data = json.encode(e.data, { valid_utf8 = true }) end
+  return v.events
 end
 
 function F:run_delete(id)
