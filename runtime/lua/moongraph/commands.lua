@@ -20,6 +20,16 @@ application by name.
   commands.runtime()   -> { {name, summary, module}, ... }
   commands.apps()      -> { {name, summary, module, app}, ... }   (inside a task)
   commands.find(name)  -> command | nil                           (inside a task)
+
+An application may also declare what `moongraph serve` serves when it is
+given no --script, in scripts/APP/serve.lua:
+
+  -- scripts/eco/serve.lua
+  return { { name = "chat", path = "scripts/eco/chat.lua" } }
+
+  commands.served()    -> { "NAME=PATH", ... } | nil, err             (inside a task)
+                          every application's, in the same order (a name
+                          taken by an earlier one is skipped)
 ]]
 
 local type, pairs, ipairs, pcall, tostring, require, error =
@@ -49,16 +59,17 @@ function _M.runtime()
   return out
 end
 
--- The applications on the module path with a commands.lua, in search order.
-local function app_names()
-  local store = require("moongraph.core").store
+-- The applications on the module path with a scripts/APP/<what>.lua
+-- (commands, serve), in search order.
+local function app_names(what)
+  local files = require("moongraph.core").files
   local names, seen = {}, {}
   for _, root in ipairs(paths.roots()) do
-    local list = store.list(root .. "scripts")
+    local list = files.list(root .. "scripts")
     if list then
       for _, app in ipairs(list) do
         if not seen[app] and app:find("^[%w_]+$") and
-           package.searchpath("scripts." .. app .. ".commands", package.path) then
+           package.searchpath("scripts." .. app .. "." .. what, package.path) then
           seen[app] = true
           names[#names + 1] = app
         end
@@ -73,7 +84,7 @@ end
 function _M.apps()
   local out, taken = {}, {}
   for name in pairs(RUNTIME) do taken[name] = true end
-  for _, app in ipairs(app_names()) do
+  for _, app in ipairs(app_names("commands")) do
     local ok, decl = pcall(require, "scripts." .. app .. ".commands")
     if not ok or type(decl) ~= "table" then
       out[#out + 1] = { name = app, app = app, summary = "(cannot load scripts/" .. app ..
@@ -88,6 +99,26 @@ function _M.apps()
       end
       table_sort(mine, by_name)
       for _, c in ipairs(mine) do out[#out + 1] = c end
+    end
+  end
+  return out
+end
+
+function _M.served()
+  local out, taken = {}, {}
+  for _, app in ipairs(app_names("serve")) do
+    local ok, decl = pcall(require, "scripts." .. app .. ".serve")
+    if not ok or type(decl) ~= "table" then
+      return nil, "scripts/" .. app .. "/serve.lua: " .. tostring(ok and "it does not return a list" or decl)
+    end
+    for i, s in ipairs(decl) do
+      if type(s) ~= "table" or type(s.name) ~= "string" or type(s.path) ~= "string" then
+        return nil, "scripts/" .. app .. "/serve.lua: entry " .. i .. " must be {name = NAME, path = PATH}"
+      end
+      if not taken[s.name] then
+        taken[s.name] = true
+        out[#out + 1] = s.name .. "=" .. s.path
+      end
     end
   end
   return out

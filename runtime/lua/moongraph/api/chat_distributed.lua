@@ -10,7 +10,7 @@ balancer, beside any number of workers.
   local b = assert(distributed.new{
     redis = "redis://127.0.0.1:6379/0", pg = "postgresql://...",
     prefix = "moongraph",                 -- the workers' --prefix
-    scripts = { {name = "chat", path = "scripts/eco/chat.lua"}, ... },   -- as the workers run them
+    scripts = { {name = "chat", path = "chat.lua"}, ... },   -- as the workers run them
   })
   -- the methods moongraph.api.chat calls: submit, subscribe, conversations,
   -- conversation, delete (see moongraph.api.chat_embedded)

@@ -6,7 +6,7 @@ job event logs in durable local files.
   local embedded = require "moongraph.api.chat_embedded"
   local b = assert(embedded.new{
     data = ".moongraph",                                   -- data directory
-    scripts = { {name = "chat", path = "scripts/eco/chat.lua"}, ... },
+    scripts = { {name = "chat", path = "chat.lua"}, ... },
     llm = client,                  -- the run's config.llm (nil: offline)
     concurrency = 64,              -- runs at once
     job_timeout = 600,             -- seconds a run may take

@@ -15,7 +15,8 @@
 -- over PostgreSQL with runs as jobs): threads and runs in PostgreSQL, runs
 -- executed by the workers, state read through the workers' saver
 -- (--checkpoint, as theirs); the process keeps no state.
--- The default script is chat=scripts/eco/chat.lua. API keys come from
+-- Without --script it serves the scripts the applications on the module
+-- path declare (scripts/APP/serve.lua, moongraph.commands). API keys come from
 -- MOONGRAPH_API_KEYS="key=user,..." (or MOONGRAPH_API_KEYS_FILE); without
 -- keys it listens on loopback only. A client address that fails to
 -- authenticate AUTH_FAILURES times gets 429 for a while (behind a proxy
@@ -36,24 +37,23 @@ local SPEC = {
     "                       [--heartbeat SEC] [--rate-limit N] [--rate-burst N] [--concurrency N] [--web DIR]\n" ..
     "                       [--watchdog SEC] [--trusted-proxy ADDR[/BITS]]...",
   help = "Serves the Chat API (/chat/...), the LangGraph Agent API and the web chat page (/)\n" ..
-    "over the scripts given (default chat=scripts/eco/chat.lua): runs in-process, state\n" ..
-    "under --data (default .moongraph). API keys: MOONGRAPH_API_KEYS=\n" ..
-    "\"key=user,...\" (or MOONGRAPH_API_KEYS_FILE); without keys only loopback hosts are\n" ..
-    "allowed. --rate-limit: requests per minute per key (default 600; 0: off), --rate-burst:\n" ..
-    "how many may come at once (default 60). A client address with 10 failed authentications\n" ..
-    "gets 429 until they age out (10 a minute); --trusted-proxy ADDR[/BITS]: a proxy whose\n" ..
-    "X-Forwarded-For names the client. --watchdog SEC: a task that runs this long without\n" ..
-    "yielding is stopped (default 5; 0: never). --redis URL --pg URL: both APIs queue runs\n" ..
-    "for `moongraph worker` processes (--prefix and --checkpoint as theirs; default cached)\n" ..
-    "and keep conversations, threads and runs in PostgreSQL. See docs/api.md.",
+    "over the scripts given (default: those the applications on the module path declare in\n" ..
+    "scripts/APP/serve.lua): runs in-process, state under --data (default .moongraph).\n" ..
+    "API keys: MOONGRAPH_API_KEYS=\"key=user,...\" (or MOONGRAPH_API_KEYS_FILE); without\n" ..
+    "keys only loopback hosts are allowed. --rate-limit: requests per minute per key\n" ..
+    "(default 600; 0: off), --rate-burst: how many may come at once (default 60). A client\n" ..
+    "address with 10 failed authentications gets 429 until they age out (10 a minute);\n" ..
+    "--trusted-proxy ADDR[/BITS]: a proxy whose X-Forwarded-For names the client.\n" ..
+    "--watchdog SEC: a task that runs this long without yielding is stopped (default 5;\n" ..
+    "0: never). --redis URL --pg URL: both APIs queue runs for `moongraph worker` processes\n" ..
+    "(--prefix and --checkpoint as theirs; default cached) and keep conversations, threads\n" ..
+    "and runs in PostgreSQL. See docs/api.md.",
   options = { host = "string", port = "integer", script = "list", data = "string",
               heartbeat = "number", ["rate-limit"] = "number",
               ["rate-burst"] = "integer", concurrency = "integer", web = "string",
               ["max-message"] = "integer", redis = "string", pg = "string", prefix = "string",
               checkpoint = "string", watchdog = "number", ["trusted-proxy"] = "list" },
 }
-
-local DEFAULT_SCRIPT = "chat=scripts/eco/chat.lua"
 
 local function loopback(host)
   return host == "127.0.0.1" or host == "localhost" or host == "::1" or host:match("^127%.") ~= nil
@@ -86,7 +86,15 @@ return {
     if o.help then return cliargs.help(SPEC) end
     local scripts, seen = {}, {}
     local given = o.script or {}
-    if #given == 0 then given = { DEFAULT_SCRIPT } end
+    if #given == 0 then
+      local declared, derr = require("moongraph.commands").served()
+      if not declared then return fail(derr, 2) end
+      if not declared[1] then
+        return cliargs.usage_error(SPEC, "no script to serve: give --script [NAME=]PATH (or put an application " ..
+          "that declares scripts/APP/serve.lua on the module path)")
+      end
+      given = declared
+    end
     for _, s in ipairs(given) do
       local spec, serr = config.script_spec(s)
       if not spec then return cliargs.usage_error(SPEC, serr) end
