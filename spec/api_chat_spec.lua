@@ -234,6 +234,11 @@ describe("moongraph serve, Chat API (embedded)", function()
     it("an oversized message is 413", function()
       err_of(s:post { message = string.rep("x", 16 * 1024 + 1) }, 413, "longer than 16384 bytes")
     end)
+    it("a context that is not an object, or too long, is 400", function()
+      err_of(s:post { message = "hi", context = "Seoul" }, 400, "\"context\" must be an object")
+      err_of(s:post { message = "hi", context = { "a" } }, 400, "\"context\" must be an object")
+      err_of(s:post { message = "hi", context = { x = string.rep("y", 5000) } }, 400, "longer than 4096 bytes")
+    end)
     it("a malformed conversation id is 400", function()
       err_of(s:post { message = "hi", conversation_id = "a b" }, 400, "conversation_id")
     end)
@@ -381,5 +386,23 @@ describe("moongraph serve, the Eco² chat pipeline (default script)", function()
     assert.are.equal("waste", ans.json.intent)
     assert.matches("종이류", ans.json.answer)
     assert.are.equal(ans.json.answer, tokens_of(st.events))
+  end)
+
+  it("takes the location in the message's context, which the conversation shows; the earlier top-level field becomes it", function()
+    for _, body in ipairs {
+      { message = "종이 어떻게 버려? 그리고 수거함도 알려줘", context = { user_location = "서울특별시 강남구" } },
+      { message = "종이 어떻게 버려? 그리고 수거함도 알려줘", user_location = "서울특별시 강남구" },
+    } do
+      local j = s:post(body).json
+      local st = s:stream(j.job_id)
+      local nodes = {}
+      for _, e in ipairs(st.events) do
+        if e.event == "node_start" then nodes[e.json.node] = true end
+      end
+      assert.is_true(nodes.weather)
+      local m = s:curl({ "/chat/conversations/" .. j.conversation_id }).json.messages
+      assert.are.same({ user_location = "서울특별시 강남구" }, m[1].context)
+      assert.is_nil(m[1].user_location)
+    end
   end)
 end)

@@ -44,7 +44,7 @@ describe("moongraph.migrations", function()
       assert(migrations.migrate(db, { { scope = "chat", list = chat.migrations },
                                       { scope = "langgraph", list = langgraph.migrations } }))
       assert.same({ checkpoint = #checkpoints.migrations, store = #pstore.migrations,
-                    worker = #worker_migrations.list, chat = 1, langgraph = #langgraph.migrations }, scopes_of(db))
+                    worker = #worker_migrations.list, chat = #chat.migrations, langgraph = #langgraph.migrations }, scopes_of(db))
       for _, l in ipairs(migrations.LEGACY) do assert.is_false(exists(db, l.table), l.table) end
       assert.equal(checkpoints.migrations[#checkpoints.migrations].version, migrations.current(db, "checkpoint"))
       assert.is_true(migrations.applied_all(db, "store", pstore.migrations))

@@ -63,6 +63,22 @@ describe("a service killed with runs in flight", function()
     end)
   end)
 
+  it("a data directory of an earlier version (no runs/, a thread left busy) opens with the thread idle", function()
+    local dir = tmp.dir("old")
+    assert(os.execute("mkdir -p " .. dir .. "/threads"))
+    local f = assert(io.open(dir .. "/threads/t-old.json", "w"))
+    f:write('{"thread_id":"t-old","owner":"u","created_at":1,"updated_at":1,"metadata":{},"status":"busy"}')
+    f:close()
+    mg.run(function()
+      local svc = assert(service.new { storage = assert(files.open(dir)), executor = tasks.new(), scripts = SCRIPTS })
+      assert.equal("idle", assert(svc:thread_get("u", "t-old")).status)
+      local run = assert(svc:run_create("u", "t-old", { assistant_id = "agent",
+        input = { messages = { { role = "user", content = "hi" } } } }))
+      assert.equal("echo: hi", svc:run_output(run).messages[2].content)
+      svc:close()
+    end)
+  end)
+
   describe("over PostgreSQL", function()
     local env
     setup(function() env = wenv.new() end)

@@ -423,7 +423,7 @@
     for (const m of c.messages || []) if (m.role === "assistant") answers.set(m.job_id, m);
     for (const m of c.messages || []) {
       if (m.role !== "user") continue;
-      const turn = newTurn(m.content, m.user_location);
+      const turn = newTurn(m.content, (m.context && m.context.user_location) || m.user_location);
       const a = answers.get(m.job_id);
       if (!a) {
         // still queued or running: follow it from its first event
@@ -451,7 +451,7 @@
   async function send(message, location) {
     const body = { message };
     if (view.conversationId) body.conversation_id = view.conversationId;
-    if (location) body.user_location = location;
+    if (location) body.context = { user_location: location };
     const turn = newTurn(message, location);
     let job;
     try {

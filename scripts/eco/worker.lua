@@ -8,7 +8,8 @@
 --                 user_id}, key "profile" (scripts/eco/profile.lua)
 --   L3  the run's state, checkpointed by the worker while the job runs
 --
--- A job's input is { message = "...", user_location = "..." (optional) }
+-- A job's input is { message = "...", context = { user_location = "..." } (optional) }
+-- (jobs of earlier versions: { message, user_location })
 -- and its user_id is required (the memory keeps a profile per user). A new
 -- run gets the message, the location (the job's, else the user's last
 -- known), and from memory: intent (the previous turn's, which feeds the
@@ -91,11 +92,16 @@ function _M.input(job, env)
   if type(m) ~= "string" then error("input.message must be a string", 0) end
   if not m:find("%S") then error("input.message is empty", 0) end
   if #m > MAX_MESSAGE then error("input.message is longer than " .. MAX_MESSAGE .. " bytes", 0) end
-  local loc = inp.user_location
+  -- the location comes in the message's context (the Chat API's
+  -- `context`); jobs of earlier versions have it in the input itself
+  local ctx = inp.context
+  if not absent(ctx) and type(ctx) ~= "table" then error("input.context must be an object", 0) end
+  local loc = type(ctx) == "table" and ctx.user_location
+  if absent(loc) or loc == false then loc = inp.user_location end
   if absent(loc) or loc == "" then
     loc = nil
   elseif type(loc) ~= "string" then
-    error("input.user_location must be a string", 0)
+    error("input.context.user_location must be a string", 0)
   end
   if job.user_id == nil then
     error("user_id is required (the conversation memory keeps a profile per user)", 0)

@@ -7,7 +7,7 @@ SSE, conversations), as routes for moongraph.server, over a backend
   local routes = chat.routes(backend, { keys = keys, heartbeat = 15,
                                         limiter = ratelimit.new{...}, max_message = 16384 })
 
-  POST   /chat/messages                   {message, conversation_id?, user_location?, script?}
+  POST   /chat/messages                   {message, conversation_id?, context?, script?}
                                           -> 202 {job_id, conversation_id, stream_url}
   GET    /chat/messages/:job_id/stream    SSE: node_start, node_end, token, answer, error, done
   GET    /chat/conversations              ?limit=20&offset=0 (the caller's, newest first)
@@ -32,12 +32,13 @@ local guard = require "moongraph.api.guard"
 local fields = require "moongraph.api.fields"
 local ids = require "moongraph.ids"
 
-local type, tostring, ipairs, error = type, tostring, ipairs, error
+local type, tostring, ipairs, error, next = type, tostring, ipairs, error, next
 
 local _M = {}
 
 _M.MAX_MESSAGE = 16 * 1024      -- bytes of a message
-_M.MAX_LOCATION = 200           -- bytes of user_location
+_M.MAX_CONTEXT = 4096           -- bytes of the context object, as JSON
+_M.MAX_LOCATION = 200           -- bytes of the earlier top-level user_location
 _M.HEARTBEAT = 15               -- seconds between comments on an idle stream
 _M.PAGE = 20                    -- conversations per page by default
 _M.MAX_PAGE = 100
@@ -100,13 +101,28 @@ local function parse_message(req, max_message)
     end
     out.conversation_id = c
   end
+  -- context: an object the script reads as it likes (the runtime looks
+  -- no further into it than its size)
+  local ctx = v.context
+  if not absent(ctx) then
+    if type(ctx) ~= "table" or json.is_array(ctx) or ctx[1] ~= nil then
+      return nil, 400, "\"context\" must be an object"
+    end
+    local text = json.encode(ctx)
+    if not text or #text > _M.MAX_CONTEXT then
+      return nil, 400, "\"context\" is longer than " .. _M.MAX_CONTEXT .. " bytes as JSON"
+    end
+    if next(ctx) ~= nil then out.context = ctx end
+  end
+  -- (the earlier format's top-level user_location becomes context.user_location)
   local loc = v.user_location
   if not absent(loc) and loc ~= "" then
     if type(loc) ~= "string" then return nil, 400, "\"user_location\" must be a string" end
     if #loc > _M.MAX_LOCATION then
       return nil, 400, "\"user_location\" is longer than " .. _M.MAX_LOCATION .. " bytes"
     end
-    out.user_location = loc
+    out.context = out.context or {}
+    if out.context.user_location == nil then out.context.user_location = loc end
   end
   local s = v.script
   if not absent(s) then

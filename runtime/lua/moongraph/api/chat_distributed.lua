@@ -15,11 +15,13 @@ balancer, beside any number of workers.
   -- the methods moongraph.api.chat calls: submit, subscribe, conversations,
   -- conversation, delete (see moongraph.api.chat_embedded)
 
-Tables (created if missing):
+Tables (the scope "chat" of moongraph.migrations, applied at start):
 
   chat_conversations  id, user_id, title, created_at, updated_at
-  chat_messages       job_id, conversation_id, content, user_location,
-                      script, created_at: the users' messages
+  chat_messages       job_id, conversation_id, content, context (the
+                      message's context object; rows of earlier versions
+                      also have user_location, moved into context by
+                      migration 2), script, created_at: the users' messages
   (the answers are the workers' job_results rows, by job id)
 
 A message is accepted once its row is committed and its job is on the
@@ -78,6 +80,11 @@ CREATE INDEX IF NOT EXISTS chat_messages_conversation ON chat_messages (conversa
 -- tables without recording it).
 _M.migrations = {
   { version = 1, name = "conversations and messages", sql = SCHEMA },
+  { version = 2, name = "a message's context object (the earlier user_location moves into it)", sql = [[
+ALTER TABLE chat_messages ADD COLUMN IF NOT EXISTS context jsonb;
+UPDATE chat_messages SET context = jsonb_build_object('user_location', user_location)
+ WHERE context IS NULL AND user_location IS NOT NULL;
+]] },
 }
 
 local title_of = require("moongraph.api.chat").title
@@ -145,7 +152,7 @@ local function owned(tx, user, id)
   return rows[1]
 end
 
---[[ submit(user, {message, conversation_id?, user_location?, script?})
+--[[ submit(user, {message, conversation_id?, context?, script?})
 -> {job_id, conversation_id, status} | nil, status, message ]]
 function B:submit(user, m)
   local script = m.script or self.names[1]
@@ -164,14 +171,14 @@ function B:submit(user, m)
       assert(tx:query("INSERT INTO chat_conversations (id, user_id, title) VALUES ($1, $2, $3)",
         { conv_id, user, title_of(m.message) }))
     end
-    assert(tx:query([[INSERT INTO chat_messages (job_id, conversation_id, content, user_location, script)
-                      VALUES ($1, $2, $3, $4, $5)]],
-      { job_id, conv_id, m.message, m.user_location or pg.null, script }))
+    assert(tx:query([[INSERT INTO chat_messages (job_id, conversation_id, content, context, script)
+                      VALUES ($1, $2, $3, $4::jsonb, $5)]],
+      { job_id, conv_id, m.message, m.context and json.encode(m.context) or pg.null, script }))
     return true
   end)
   if missing then return nil, 404, "conversation '" .. tostring(m.conversation_id) .. "' not found" end
   if ok == nil then return nil, 503, "the message could not be stored: " .. error_message(err) end
-  local input = { message = m.message, user_location = m.user_location }
+  local input = { message = m.message, context = m.context }
   local jid, qerr = self.client:submit { job_id = job_id, thread_id = conv_id, user_id = user,
                                          script = script, input = input }
   if not jid then
@@ -298,7 +305,7 @@ function B:conversation(user, id)
   if not c[1] then return nil, 404, "conversation '" .. id .. "' not found" end
   local rows
   rows, err = self.db:query([[
-    SELECT m.job_id, m.content, m.user_location, to_json(m.created_at)#>>'{}' AS created_at,
+    SELECT m.job_id, m.content, m.context::text AS context, to_json(m.created_at)#>>'{}' AS created_at,
            r.status, r.answer, r.error, to_json(r.created_at)#>>'{}' AS answered_at
       FROM chat_messages m LEFT JOIN job_results r ON r.job_id = m.job_id
      WHERE m.conversation_id = $1 ORDER BY m.created_at, m.job_id]], { id })
@@ -306,7 +313,8 @@ function B:conversation(user, id)
   local messages = json.array()
   for _, r in ipairs(rows) do
     messages[#messages + 1] = { role = "user", content = r.content, job_id = r.job_id,
-                                user_location = null_to_nil(r.user_location), created_at = iso(r.created_at) }
+                                context = null_to_nil(r.context) and json.decode(r.context) or nil,
+                                created_at = iso(r.created_at) }
     local status = null_to_nil(r.status)
     if status then
       messages[#messages + 1] = { role = "assistant", content = null_to_nil(r.answer) or json.null,

@@ -11,7 +11,7 @@ job event logs in durable local files.
     concurrency = 64,              -- runs at once
     job_timeout = 600,             -- seconds a run may take
   })
-  local job, status, msg = b:submit(user, { message =, conversation_id =, user_location =, script = })
+  local job, status, msg = b:submit(user, { message =, conversation_id =, context =, script = })
   local log = b:events(user, job_id)          -- moongraph.api.joblog log | nil, 404, msg
   b:conversations(user, { limit =, offset = })   b:conversation(user, id)   b:delete(user, id)
 
@@ -207,6 +207,12 @@ function B:_load()
     if id then
       local c, err = read_json(self:_path("conversations", id))
       if not c then return nil, "conversation " .. id .. ": " .. tostring(err) end
+      for _, msg in ipairs(c.messages or {}) do
+        -- (messages stored by earlier versions name their location at the top)
+        if msg.user_location ~= nil and msg.context == nil then
+          msg.context, msg.user_location = { user_location = msg.user_location }, nil
+        end
+      end
       self.convs[id] = c
     end
   end
@@ -468,7 +474,7 @@ end
 ---------------------------------------------------------------- the API
 
 -- submit(user, m) -> job | nil, status, message
--- m: message (string), conversation_id?, user_location?, script?
+-- m: message (string), conversation_id?, context? (an object), script?
 function B:submit(user, m)
   local script = self.scripts:get(m.script)
   if not script then return nil, 404, "unknown script '" .. tostring(m.script) .. "'" end
@@ -483,7 +489,7 @@ function B:submit(user, m)
     conv = { id = job_ids.new_id("c"), user = user, title = title_of(m.message),
              created_at = iso(now), ts = now, messages = json.array() }
   end
-  local input = { message = m.message, user_location = m.user_location }
+  local input = { message = m.message, context = m.context }
   local j = { job_id = job_ids.new_id("j"), conversation_id = conv.id, user = user,
               script = script.name, input = input, status = "queued", created_at = iso(now), ts = now }
   local guard <close> = lock(self, conv.id)
@@ -492,7 +498,7 @@ function B:submit(user, m)
   if not ok then return nil, 503, "the message could not be stored: " .. tostring(err) end
   local n = #conv.messages
   conv.messages[n + 1] = { role = "user", content = m.message, job_id = j.job_id, created_at = iso(now),
-                           user_location = m.user_location }
+                           context = m.context }
   local before_u, before_ts = conv.updated_at, conv.ts
   conv.updated_at, conv.ts = iso(now), now
   ok, err = write_json(self:_path("conversations", conv.id), conv)

@@ -41,6 +41,17 @@ F.__index = F
 
 local ACTIVE = { pending = true, running = true }
 
+local function active_of(list, except)
+  local pending
+  for _, r in ipairs(list) do
+    if r.run_id ~= except then
+      if r.status == "running" then return r end
+      if r.status == "pending" and not pending then pending = r end
+    end
+  end
+  return pending
+end
+
 local function enc_char(c) return string_format("%%%02X", string_byte(c)) end
 local function component(s) return (string_gsub(s, "[^%w_%-]", enc_char)) end
 
@@ -96,6 +107,11 @@ function _M.open(dir)
     return (a.created_at or 0) < (b.created_at or 0)
   end)
   for _, r in ipairs(list) do self:_index(r) end
+  -- a thread left busy with no run going (a directory of an earlier
+  -- version, whose runs were not stored) is idle
+  for id, th in pairs(self.threads) do
+    if th.status == "busy" and not active_of(self:_runs_of(id)) then th.status = "idle" end
+  end
   return self
 end
 
@@ -151,17 +167,6 @@ end
 
 -- the runs of a thread, oldest first
 function F:_runs_of(thread_id) return self.by_thread[thread_id] or {} end
-
-local function active_of(list, except)
-  local pending
-  for _, r in ipairs(list) do
-    if r.run_id ~= except then
-      if r.status == "running" then return r end
-      if r.status == "pending" and not pending then pending = r end
-    end
-  end
-  return pending
-end
 
 ---------------------------------------------------------------- threads
 

@@ -19,16 +19,9 @@ stream under the LangGraph API's names (values, updates, messages, custom,
 debug, tasks, checkpoints; "mode|ns" for subgraphs; error), after the
 `metadata` event serve wrote when it queued the run, and then `done`.
 
-Tables (moongraph.service.postgres creates them: the scope "langgraph" of
-moongraph.migrations; the worker updates rows):
-
-  langgraph_threads  thread_id, user_id, metadata, status, values, interrupts,
-                     error, created_at, updated_at
-  langgraph_runs     run_id, thread_id, user_id, assistant_id, status
-                     (pending | running | success | error | interrupted),
-                     multitask_strategy, metadata, kwargs, stateless,
-                     started_from (the thread's checkpoint when it started,
-                     for a rollback), output, error, created_at, updated_at
+The run's and its thread's records are rows of the tables of
+moongraph.service.postgres (langgraph_runs, langgraph_threads), which
+serve creates; the worker updates them.
 
 Cancelling: serve sets the key cancel_key(prefix, run_id) to "interrupt"
 (keep what the run did) or "rollback" (take the thread back to where the
