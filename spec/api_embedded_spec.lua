@@ -352,6 +352,24 @@ describe("api.embedded", function()
     end)
   end)
 
+  it("names a subgraph's events \"mode|namespace\" with stream_subgraphs, and leaves them out without", function()
+    mg.run(function()
+      local b = assert(embedded.new { data = tmp.dir("lgapi"),
+        scripts = { { name = "nested", path = "spec/fixtures/lgapi_nested.lua" } } })
+      local function custom_names(subgraphs)
+        local run = assert(b:run_create(nil, nil, { assistant_id = "nested", input = {},
+          stream_mode = { "custom" }, stream_subgraphs = subgraphs }))
+        local out = {}
+        for _, e in ipairs(drain(run)) do
+          if e.event:match("^custom") then out[#out + 1] = e.event:gsub("|.*", "|ns") .. " " .. e.data.from end
+        end
+        return out
+      end
+      assert.same({ "custom|ns inner", "custom outer" }, custom_names(true))
+      assert.same({ "custom outer" }, custom_names(false))
+    end)
+  end)
+
   it("refuses what it cannot do with 422 and unknown assistants with 404", function()
     mg.run(function()
       local b = backend()
