@@ -31,6 +31,9 @@ function _M.new(opts)
   if type(opts.redis) ~= "string" or type(opts.pg) ~= "string" then
     error("bad argument #1 to 'new' (redis and pg URLs expected)", 2)
   end
+  if type(opts.scripts) ~= "table" or not opts.scripts[1] then
+    return nil, "no script: give --script [NAME=]PATH as the workers run it"
+  end
   local storage, err = postgres.open { pg = opts.pg, redis = opts.redis, checkpoint = opts.checkpoint,
     pool_size = opts.pool_size }
   if not storage then return nil, err end
@@ -38,8 +41,7 @@ function _M.new(opts)
   executor, err = jobs.new { redis = opts.redis, prefix = opts.prefix }
   if not executor then storage:close(); return nil, err end
   local svc
-  svc, err = service.new { storage = storage, executor = executor, scripts = opts.scripts or {},
-    require_script = "no script: give --script [NAME=]PATH as the workers run it" }
+  svc, err = service.new { storage = storage, executor = executor, scripts = opts.scripts }
   if not svc then storage:close(); executor:close(); return nil, err end
   return svc
 end

@@ -65,8 +65,7 @@ local lgstate = require "moongraph.api.langgraph_state"
 local lgassistants = require "moongraph.api.langgraph_assistants"
 local lgrequest = require "moongraph.api.langgraph_request"
 
-local type, pairs, ipairs, tostring, setmetatable, error =
-  type, pairs, ipairs, tostring, setmetatable, error
+local type, ipairs, tostring, setmetatable, error = type, ipairs, tostring, setmetatable, error
 local null, array = json.null, json.array
 local wall, iso = lgrun.wall, lgrun.iso
 local error_message = text.error_message
@@ -89,7 +88,6 @@ local function unavailable(what, err) return nil, 503, what .. ": " .. error_mes
 
 -- the user as stored: "" without API keys
 local function who(user) return user or "" end
-_M.who = who
 
 ---------------------------------------------------------------- shapes
 
@@ -128,7 +126,6 @@ function _M.new(opts)
   local reg = scripts_mod.new(opts.scripts, storage.saver)
   local ok, err = reg:load()
   if not ok then return nil, err end
-  if opts.require_script and not reg.set.list[1] then return nil, opts.require_script end
   for _, s in ipairs(reg.set.list) do
     if s.app.checkpointer == nil then
       return nil, "script '" .. s.name .. "': build{checkpointer = saver} must compile the graph with " ..
