@@ -153,7 +153,9 @@ end
 -- A run's file: its record, and a finished run's events with their data
 -- as the JSON they already are (spliced in, not encoded again).
 function F:_save_run(rec, events)
-  local s, err = json.encode(pick(rec, RUN_FIELDS), { valid_utf8 = true })
+  -- (the file is read back by this module only: bytes are kept as they are,
+  -- and moongraph.json's C encoder writes it)
+  local s, err = json.encode(pick(rec, RUN_FIELDS))
   if not s then return nil, "run " .. rec.run_id .. ": " .. tostring(err) end
   if events then
     local parts = {}
@@ -339,7 +341,8 @@ function F:run_events(id)
   if not rec or not rec.has_events then return false end
   local v = read_json(self:_run_path(id))
   if not v or type(v.events) ~= "table" then return false end
-  for _, e in ipairs(v.events) do e.data = json.encode(e.data, { valid_utf8 = true }) end
+  -- (their data was valid UTF-8 when it was published)
+  for _, e in ipairs(v.events) do e.data = json.encode(e.data) end
   return v.events
 end
 
