@@ -10,12 +10,25 @@ trees), first match wins:
   paths.find("prompts/answer.txt") -> "/srv/app/prompts/answer.txt" | nil, err
   paths.find("data/marketing")     -> a directory works the same way
   paths.roots()                    -> { "./", "/srv/app/", ... }
+
+And the one way a string becomes a file name (the file saver's thread
+directories, the service's records):
+
+  paths.component(s)        -> s with every byte but letters, digits, _ and - as %XX
+  paths.decode_component(c) -> the string back
 ]]
 
-local io_open, package, type, ipairs, error = io.open, package, type, ipairs, error
+local io_open, package, type, ipairs, error, tonumber = io.open, package, type, ipairs, error, tonumber
 local string_find, table_concat = string.find, table.concat
+local string_format, string_byte, string_char, string_gsub = string.format, string.byte, string.char, string.gsub
 
 local _M = {}
+
+local function enc_char(c) return string_format("%%%02X", string_byte(c)) end
+function _M.component(s) return (string_gsub(s, "[^%w_%-]", enc_char)) end
+
+local function dec_char(h) return string_char(tonumber(h, 16)) end
+function _M.decode_component(s) return (string_gsub(s, "%%(%x%x)", dec_char)) end
 
 -- The directory part of each package.path template ("X/?.lua" -> "X/").
 function _M.roots()

@@ -28,13 +28,13 @@ Implements the saver interface described in docs/checkpoints.md.
 
 local type, pairs, ipairs, pcall, error, tostring, tonumber, setmetatable =
   type, pairs, ipairs, pcall, error, tostring, tonumber, setmetatable
-local string_format, string_gsub, string_byte, string_sub, string_match, string_find =
-  string.format, string.gsub, string.byte, string.sub, string.match, string.find
+local string_gsub, string_sub, string_match, string_find = string.gsub, string.sub, string.match, string.find
 local table_sort, table_concat = table.sort, table.concat
 
 local json = require "moongraph.json"
 local ids = require "moongraph.ids"
 local common = require "moongraph.checkpoint.common"
+local paths = require "moongraph.paths"
 
 local _M = {}
 local saver = {}
@@ -52,18 +52,8 @@ local function S()
   return store
 end
 
-local function enc_char(c)
-  return string_format("%%%02X", string_byte(c))
-end
-
--- a string -> one safe path component
-local function component(s)
-  s = string_gsub(s, "[^%w_%-]", enc_char)
-  return s
-end
-local function decode_component(s)
-  return (string_gsub(s, "%%(%x%x)", function(h) return string.char(tonumber(h, 16)) end))
-end
+-- a string -> one safe path component, and back
+local component, decode_component = paths.component, paths.decode_component
 
 function _M.new(dir)
   if type(dir) ~= "string" or dir == "" then

@@ -26,9 +26,9 @@ local core = require "moongraph.core"
 local json = require "moongraph.json"
 local lgstate = require "moongraph.api.langgraph_state"
 local lgrun = require "moongraph.langgraph_run"
+local paths = require "moongraph.paths"
 
 local type, pairs, ipairs, tostring, setmetatable, error = type, pairs, ipairs, tostring, setmetatable, error
-local string_format, string_gsub, string_byte = string.format, string.gsub, string.byte
 local table_sort, table_remove = table.sort, table.remove
 
 local files = core.files
@@ -52,8 +52,7 @@ local function active_of(list, except)
   return pending
 end
 
-local function enc_char(c) return string_format("%%%02X", string_byte(c)) end
-local function component(s) return (string_gsub(s, "[^%w_%-]", enc_char)) end
+local component = paths.component
 
 local THREAD_FIELDS = { "thread_id", "owner", "created_at", "updated_at", "metadata", "status", "values",
   "interrupts", "error" }
