@@ -109,7 +109,8 @@ local function parse_message(req, max_message)
       return nil, 400, "\"context\" must be an object"
     end
     local text = json.encode(ctx)
-    if not text or #text > _M.MAX_CONTEXT then
+    if not text then return nil, 400, "\"context\" cannot be written as JSON" end
+    if #text > _M.MAX_CONTEXT then
       return nil, 400, "\"context\" is longer than " .. _M.MAX_CONTEXT .. " bytes as JSON"
     end
     if next(ctx) ~= nil then out.context = ctx end

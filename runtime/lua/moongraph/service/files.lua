@@ -212,6 +212,8 @@ function F:thread_search(owner, q)
       list[#list + 1] = rec
     end
   end
+  local offset, limit = q.offset or 0, q.limit or 10
+  if limit == 0 then return {}, #list end   -- (a count)
   local sort_by = q.sort_by or "created_at"
   local desc = q.sort_order ~= "asc"
   table_sort(list, function(a, b)
@@ -221,7 +223,6 @@ function F:thread_search(owner, q)
     return x < y
   end)
   local page = {}
-  local offset, limit = q.offset or 0, q.limit or 10
   for i = offset + 1, math.min(#list, offset + limit) do page[#page + 1] = list[i] end
   return page, #list
 end

@@ -255,12 +255,13 @@ function S:thread_state(user, id, checkpoint_id)
   return lgstate.get(self:app_of(rec), id, checkpoint_id)
 end
 
---[[ refresh(thread_id, app [, status, errmsg, except_run]) -> true | nil, err:
-after a change of the thread's state (or of its runs), its values,
-interrupts and status from its latest checkpoint. The thread stays busy
-while a run of it (other than except_run) is pending or running. ]]
-function S:refresh(thread_id, app, status, errmsg, except_run)
-  local snap = app and app:get_state { thread_id = thread_id }
+--[[ refresh(thread_id, app [, status, errmsg, except_run, snap]) -> true |
+nil, err: after a change of the thread's state (or of its runs), its
+values, interrupts and status from its latest checkpoint (snap: that
+state, when the caller has just read it). The thread stays busy while a
+run of it (other than except_run) is pending or running. ]]
+function S:refresh(thread_id, app, status, errmsg, except_run, snap)
+  if snap == nil then snap = app and app:get_state { thread_id = thread_id } end
   local f = snap and lgrun.thread_fields(snap) or { interrupts = {}, status = "idle" }
   return self.storage:thread_set(thread_id, { values = f.values, interrupts = f.interrupts,
     status = status or f.status, error = errmsg, except_run = except_run })

@@ -43,7 +43,7 @@ Run.__index = Run
 -- before a worker took it) live.
 _M.KEY_TTL = 86400
 
-local FINAL = { success = true, error = true, interrupted = true }
+local FINAL = require("moongraph.service").FINAL
 
 -- new{redis = url, prefix} -> executor | nil, err
 function _M.new(opts)

@@ -27,6 +27,8 @@ local text = require "moongraph.text"
 local public_error = require "moongraph.public_error"
 local multitask = require "moongraph.multitask"
 local lgrun = require "moongraph.langgraph_run"
+local wconfig = require "moongraph.worker.config"
+local service = require "moongraph.service"
 
 local type, pairs, ipairs, tostring, tonumber, setmetatable, pcall, xpcall =
   type, pairs, ipairs, tostring, tonumber, setmetatable, pcall, xpcall
@@ -42,19 +44,12 @@ Run.__index = Run
 _M.LOST = "the server stopped before the run finished; the thread keeps its last checkpoint " ..
   "(a new run with input null continues it)"
 
-local function host()
-  local f = io.open("/etc/hostname", "r")
-  local h = f and f:read("l")
-  if f then f:close() end
-  return h and h ~= "" and h or "localhost"
-end
-
 -- new([{id}]) -> executor. id: what its runs' records name as their
 -- executor (default "tasks@<host>"): a storage shared by several processes
 -- settles only the runs of the executor that starts.
 function _M.new(opts)
   opts = opts or {}
-  return setmetatable({ id = opts.id or ("tasks@" .. host()), live = {}, threads = {},
+  return setmetatable({ id = opts.id or ("tasks@" .. (wconfig.hostname() or "localhost")), live = {}, threads = {},
     coord = multitask.memory() }, X)
 end
 
@@ -175,7 +170,7 @@ function Stored:cursor(last_event_id)
   return tonumber(last_event_id)
 end
 
-local FINAL = { success = true, error = true, interrupted = true }
+local FINAL = service.FINAL
 
 function Stored:_over()
   if FINAL[self.status] then return true end
@@ -307,10 +302,12 @@ local function body(self, run)
   else
     status = "success"
   end
-  if not run.temporary then svc:refresh(run.thread_id, app, errmsg and "error" or nil, errmsg, run.run_id) end
-  -- the run's output (what wait and join answer), taken before a
-  -- stateless run's thread goes away
+  -- the thread's record and the run's output (what wait and join answer)
+  -- from its state now, taken before a stateless run's thread goes away
   local snap = app:get_state { thread_id = run.thread_id }
+  if not run.temporary then
+    svc:refresh(run.thread_id, app, errmsg and "error" or nil, errmsg, run.run_id, snap or false)
+  end
   if snap then
     local out, list = lgrun.output(snap)
     if list and status == "success" then

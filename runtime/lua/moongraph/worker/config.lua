@@ -89,11 +89,17 @@ local function read_file(path)
   return s
 end
 
+-- hostname([getenv]) -> $HOSTNAME, else the kernel's hostname | nil
+function _M.hostname(getenv)
+  local host = (getenv or os.getenv)("HOSTNAME")
+  if not host or host == "" then host = read_file("/proc/sys/kernel/hostname") end
+  return host ~= "" and host or nil
+end
+
 -- <hostname>-<pid>: unique among the workers of a cluster (a pod's hostname
 -- is its name).
 function _M.default_consumer(getenv)
-  local host = getenv("HOSTNAME")
-  if not host or host == "" then host = read_file("/proc/sys/kernel/hostname") or "worker" end
+  local host = _M.hostname(getenv) or "worker"
   local stat = read_file("/proc/self/stat")
   local pid = stat and stat:match("^(%d+)") or tostring(math.random(1, 1 << 30))
   return host .. "-" .. pid
