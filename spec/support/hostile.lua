@@ -48,6 +48,7 @@ function _M.requests(t, run_id)
     post("/runs", '{"assistant_id": "agent", "input": {}, "after_seconds": ' .. v .. '}')
     post("/runs", '{"assistant_id": ' .. v .. ', "input": {}}')
     post("/threads", '{"metadata": {"n": ' .. v .. '}, "if_exists": ' .. v .. '}')
+    post("/chat/messages", '{"message": "hi", "context": {"n": ' .. v .. '}}')
   end
   for _, v in ipairs(_M.TEXTS) do
     post("/threads", '{"metadata": {"k": ' .. v .. '}}')
@@ -56,6 +57,8 @@ function _M.requests(t, run_id)
     post("/threads", '{"thread_id": ' .. v .. '}')
     post("/chat/messages", '{"message": ' .. v .. '}')
     post("/chat/messages", '{"message": "hi", "user_location": ' .. v .. '}')
+    post("/chat/messages", '{"message": "hi", "context": ' .. v .. '}')
+    post("/chat/messages", '{"message": "hi", "context": {"user_location": ' .. v .. '}}')
   end
   for _, v in ipairs(_M.QUERY) do
     get("/threads/" .. t .. "/history?limit=" .. v)
